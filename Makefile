@@ -1,0 +1,33 @@
+# `make run`: create .venv, install, run the end-to-end pipeline on embedded defaults.
+# `make test`: install the dev requirements and run the test suite.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+RUN_DIR ?= runs/quickstart
+
+.PHONY: run test venv dev clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.installed requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+dev: $(VENV)/.dev-installed
+
+run: $(VENV)/.installed
+	$(PY) -m experiments.pipeline --workdir=$(RUN_DIR)
+
+# pytest exits 5 when it collects no tests: not a failure of the code.
+test: $(VENV)/.dev-installed
+	$(PY) -m pytest -q tests; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$status
+
+clean:
+	rm -rf $(VENV) runs
