@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from data_pipelines import batching, mdp
-from data_pipelines.build_dataset import build_dataset
+from data_pipelines.mdp_dataset import build_dataset
 from data_pipelines.dialogue import Dialogue, Turn
 from data_pipelines.tokenization import train_tokenizer
 

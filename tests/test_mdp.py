@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from data_pipelines import mdp
-from data_pipelines.build_dataset import build_dataset, dataset_stats, load_mdp_dataset
+from data_pipelines.mdp_dataset import build_dataset, dataset_stats, load_mdp_dataset
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl, write_jsonl
 from data_pipelines.tokenization import DialogueTokenizer, train_tokenizer
 

@@ -1,0 +1,131 @@
+"""Builds, saves and loads the token-level MDP dataset of one role.
+
+Examples are streamed through `datasets.Dataset.from_generator`, which writes
+Arrow shards as it goes, so memory stays bounded by one writer batch.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from typing import Any, Callable, Iterable, Iterator
+
+import datasets
+import numpy as np
+import pyarrow.compute as pc
+
+from data_pipelines import mdp
+from data_pipelines.dialogue import Dialogue, read_jsonl
+from data_pipelines.tokenization import DialogueTokenizer
+
+FEATURES = datasets.Features({
+    "dialogue_id": datasets.Value("string"),
+    "role": datasets.Value("string"),
+    "outcome": datasets.Value("float32"),
+    "context_json": datasets.Value("string"),
+    "truncated": datasets.Value("bool"),
+    "length": datasets.Value("int32"),
+    "untruncated_length": datasets.Value("int32"),
+    **{name: datasets.List(datasets.Value(np.dtype(dtype).name))
+       for name, dtype in mdp.TOKEN_DTYPES.items()},
+})
+
+
+def build_dataset(
+    dialogues: Iterable[Dialogue],
+    tokenizer: DialogueTokenizer,
+    role: str,
+    max_length: int,
+    *,
+    serialize_context: mdp.SerializeContext = mdp.json_context,
+    include_context: bool = True,
+    on_no_actions: Callable[[str, str], None] | None = None,
+    cache_dir: str | None = None,
+) -> datasets.Dataset:
+  """One MDP example per dialogue, in input order, as a memory-mapped Dataset.
+
+  A dialogue where the role has no action inside the window raises
+  mdp.NoActionsError, unless `on_no_actions(dialogue_id, reason)` is given: then
+  it is skipped and reported there, so nothing disappears unnoticed.
+  `cache_dir` holds the Arrow files backing the result (a fresh temporary
+  directory by default); use `save_to_disk` to keep the dataset.
+  """
+
+  counts = {"read": 0, "kept": 0}
+
+  def examples() -> Iterator[dict[str, Any]]:
+    for dialogue in dialogues:
+      counts["read"] += 1
+      try:
+        example = mdp.dialogue_to_example(
+            dialogue, tokenizer, role, max_length,
+            serialize_context=serialize_context, include_context=include_context)
+      except mdp.NoActionsError as e:
+        if on_no_actions is None:
+          raise
+        on_no_actions(dialogue.dialogue_id, str(e))
+        continue
+      counts["kept"] += 1
+      yield example
+
+  cache_dir = cache_dir or tempfile.mkdtemp(prefix="mdp_dataset_")
+  # A fresh fingerprint: hashing the generator would capture the tokenizer and a
+  # consumed iterator, and a hash collision would silently return stale data.
+  try:
+    return datasets.Dataset.from_generator(
+        examples, features=FEATURES, cache_dir=cache_dir, fingerprint=uuid.uuid4().hex)
+  except datasets.exceptions.DatasetGenerationError as e:
+    if isinstance(e.__cause__, ValueError):  # Bad data: surface the error naming file/dialogue/field.
+      raise e.__cause__ from None
+    raise
+  except ValueError:
+    if counts["kept"] == 0:  # datasets' own message ("corresponds to no data") does not say why.
+      raise ValueError(
+          f"no MDP example for role {role!r}: {counts['read']} dialogues read, none kept") from None
+    raise
+
+
+def load_mdp_dataset(directory: str) -> datasets.Dataset:
+  """`datasets.load_from_disk`, checking that the columns are the MDP columns."""
+  ds = datasets.load_from_disk(directory)
+  if not isinstance(ds, datasets.Dataset):
+    raise ValueError(f"{directory}: expected one Dataset, found {type(ds).__name__}")
+  missing = [name for name in FEATURES if name not in ds.column_names]
+  if missing:
+    raise ValueError(f"{directory}: field(s) {missing} missing; not an MDP dataset")
+  return ds
+
+
+def dataset_stats(ds: datasets.Dataset, batch_size: int = 4096) -> dict[str, Any]:
+  """Corpus statistics, read batch by batch from Arrow without materializing rows."""
+  examples = tokens = actions = truncated = terminals = 0
+  for table in ds.with_format("arrow").iter(batch_size=batch_size):
+    examples += table.num_rows
+    tokens += pc.sum(table.column("length")).as_py() or 0
+    actions += pc.sum(pc.list_flatten(table.column("action_mask")).cast("int64")).as_py() or 0
+    terminals += pc.sum(pc.list_flatten(table.column("terminal")).cast("int64")).as_py() or 0
+    truncated += pc.sum(table.column("truncated").cast("int64")).as_py() or 0
+  return {
+      "examples": examples,
+      "tokens": tokens,
+      "mean_length": tokens / max(examples, 1),
+      "truncated_fraction": truncated / max(examples, 1),
+      "terminal_fraction": terminals / max(examples, 1),
+      "action_token_fraction": actions / max(tokens, 1),
+  }
+
+
+def tokenizer_texts(path: str, serialize_context: mdp.SerializeContext) -> Iterator[str]:
+  """Every text a model will read from a Dialogue file: private contexts and turns."""
+  for dialogue in read_jsonl(path):
+    for role in dialogue.roles:
+      yield serialize_context(role, dialogue.context.get(role, {}))
+    for turn in dialogue.turns:
+      yield turn.text
+
+
+def corpus_roles(path: str) -> list[str]:
+  roles: dict[str, None] = {}
+  for dialogue in read_jsonl(path):
+    roles.update(dict.fromkeys(dialogue.roles))
+  return list(roles)
