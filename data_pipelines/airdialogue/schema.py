@@ -53,7 +53,9 @@ class Intent:
   return_month: str
   return_day: str
   max_price: int
-  max_connections: int
+  # Absent in the official files when the customer accepts any number of
+  # connections (the toolkit drops the prior's value 2), hence optional.
+  max_connections: int | None = None
   departure_time: str | None = None
   return_time: str | None = None
   flight_class: str | None = None  # JSON key "class".
@@ -145,7 +147,7 @@ class Sample:
   """One line of data.json together with its aligned kb.json line."""
 
   intent: Intent
-  table: FlightTable
+  table: FlightTable | None  # None only when a reader was given no kb.json.
   dialogue: tuple[str, ...]  # "customer: ..." / "agent: ..." strings.
   action: Action | None = None
   expected_action: Action | None = None

@@ -1,0 +1,65 @@
+r"""Scores the final actions in an official AirDialogue `data.json`.
+
+  python -m data_pipelines.airdialogue.score --data=data.json [--kb=kb.json]
+
+Prints one JSON object (n, success_rate, status_acc, flight_acc, name_acc,
+soft_score) comparing each line's `action` with its `expected_action`. A line
+without `expected_action` gets it from the solver, which needs `--kb`. Bad
+input exits non-zero with `FILE:LINE: field 'F': reason` on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Iterator
+
+from absl import app
+from absl import flags
+
+from data_pipelines.airdialogue import official_io
+from data_pipelines.airdialogue import schema
+from data_pipelines.airdialogue import scorer
+from data_pipelines.airdialogue import solver
+
+_DATA = flags.DEFINE_string("data", None, "Official data.json (one dialogue per line).")
+_KB = flags.DEFINE_string(
+    "kb", None, "Line-aligned kb.json; needed for lines without expected_action.")
+
+
+def action_pairs(
+    data_path: str, kb_path: str | None = None) -> Iterator[tuple[schema.Action, schema.Action]]:
+  """(predicted, expected) per line, streamed; raises AirDialogueFormatError on bad lines."""
+  for line, sample in official_io.enumerate_samples(data_path, kb_path):
+    if sample.action is None:
+      raise official_io.format_error(data_path, line, "action", "missing; nothing to score")
+    expected = sample.expected_action
+    if expected is None:
+      if sample.table is None:
+        raise official_io.format_error(
+            data_path, line, "expected_action", "missing, and no --kb to compute it from")
+      expected = solver.expected_action(sample.intent, sample.table)
+    yield sample.action, expected
+
+
+def score_files(data_path: str, kb_path: str | None = None) -> dict[str, float]:
+  result = scorer.score_corpus(action_pairs(data_path, kb_path))
+  if result["n"] == 0:
+    raise official_io.format_error(data_path, 1, official_io.LINE_FIELD, "no records to score")
+  return result
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    result = score_files(_DATA.value, _KB.value)
+  except (official_io.AirDialogueFormatError, OSError) as e:
+    print(e, file=sys.stderr)
+    sys.exit(1)
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("data")
+  app.run(main)
