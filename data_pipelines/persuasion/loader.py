@@ -30,6 +30,14 @@ Every choice below is visible in the returned data, so a consumer never has to g
   PERSUADER_LABELS or PERSUADEE_LABELS; the one stray "non-personal-Task-related-inquiry" is how
   the scheme defines "task-related-inquiry" and is read as such. Each labelled sentence is attached
   to its dialogue in meta["strategy_labels"] with the index of the merged turn that holds it.
+* Donation statement (opt-in: `load_dialogues(donation_statement=True)` or
+  `with_donation_statement`): a persuadee simulator must end by saying what it gives, in a form a
+  program can read, the way an AirDialogue agent ends with its action block. The clipped donation,
+  formatted to cents, is appended to the persuadee's LAST turn as `[donate] 0.50 [/donate]` (the
+  persuader's closing lines, if any, stay after it); `parse_donation` reads it back. A dialogue in
+  which the persuadee never speaks gets the statement as a final persuadee turn, and
+  meta["donation_statement"] holds the appended text. Off by default so that the turns stay the
+  corpus's own words unless a consumer asks for the statement.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 import zipfile
 from typing import Any, Iterable, Sequence
 
@@ -48,6 +57,8 @@ from data_pipelines import dialogue as dialogue_lib
 
 ROLES = ("persuader", "persuadee")  # Indexed by B4.
 MAX_DONATION = 2.0  # The task payment: nobody could give more.
+DONATION_OPEN = "[donate]"
+DONATION_CLOSE = "[/donate]"
 
 FULL_DIALOG = os.path.join("FullData", "full_dialog.csv")
 FULL_INFO = os.path.join("FullData", "full_info.csv")
@@ -79,8 +90,16 @@ _GBK_MOJIBAKE = {
 }
 
 
+_DONATION_RE = re.compile(r"\[donate\](.*?)\[/donate\]", re.IGNORECASE | re.DOTALL)
+_AMOUNT_RE = re.compile(r"^\s*\$?(\d+(?:\.\d{1,2})?)\s*$")
+
+
 class PersuasionFormatError(dialogue_lib.DialogueFormatError):
   """Bad input; the message names the file, the line (CSV) or row (XLSX) and the field."""
+
+
+class DonationParseError(ValueError):
+  """The text holds no well-formed donation statement; the message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -309,13 +328,57 @@ def _attach_labels(dialogues: list[dialogue_lib.Dialogue],
           for d in dialogues]
 
 
-def load_dialogues(data_dir: str | None = None, *,
-                   with_labels: bool = True) -> list[dialogue_lib.Dialogue]:
+def format_donation(amount: float) -> str:
+  """The statement for `amount` dollars, e.g. `[donate] 0.50 [/donate]`."""
+  if not 0.0 <= amount <= MAX_DONATION:
+    raise ValueError(f"donation {amount} is outside [0, {MAX_DONATION}]")
+  return f"{DONATION_OPEN} {amount:.2f} {DONATION_CLOSE}"
+
+
+def parse_donation(text: str) -> float:
+  """The amount in the single donation statement of `text`; DonationParseError otherwise."""
+  blocks = _DONATION_RE.findall(text)
+  if not blocks:
+    if DONATION_OPEN in text.lower():
+      raise DonationParseError(f"'{DONATION_OPEN}' is never closed by '{DONATION_CLOSE}'")
+    raise DonationParseError(f"no '{DONATION_OPEN} ... {DONATION_CLOSE}' statement")
+  if len(blocks) > 1:
+    raise DonationParseError(f"{len(blocks)} donation statements; exactly one is allowed")
+  m = _AMOUNT_RE.match(blocks[0])
+  if m is None:
+    raise DonationParseError(f"statement body {blocks[0].strip()!r} is not an amount like 0.50")
+  amount = float(m[1])
+  if amount > MAX_DONATION:
+    raise DonationParseError(f"amount {amount} exceeds the ${MAX_DONATION:.2f} task payment")
+  return amount
+
+
+def with_donation_statement(d: dialogue_lib.Dialogue) -> dialogue_lib.Dialogue:
+  """`d` with its clipped donation stated at the end of the persuadee's last turn (see above)."""
+  statement = format_donation(d.meta["donation"])
+  turns = list(d.turns)
+  spoken = [i for i, t in enumerate(turns) if t.speaker == "persuadee"]
+  for i in spoken:
+    if DONATION_OPEN in turns[i].text.lower():
+      raise PersuasionFormatError(
+          f"dialogue {d.dialogue_id!r}: field 'turns[{i}].text': already holds "
+          f"{DONATION_OPEN!r}, which would make the statement ambiguous")
+  if spoken:
+    turns[spoken[-1]] = dialogue_lib.Turn("persuadee", f"{turns[spoken[-1]].text} {statement}")
+  else:
+    turns.append(dialogue_lib.Turn("persuadee", statement))
+  return dataclasses.replace(d, turns=tuple(turns),
+                             meta={**d.meta, "donation_statement": statement})
+
+
+def load_dialogues(data_dir: str | None = None, *, with_labels: bool = True,
+                   donation_statement: bool = False) -> list[dialogue_lib.Dialogue]:
   """All dialogues in the order they first appear in full_dialog.csv.
 
   With `with_labels` (reads the xlsx, ~2 s) every dialogue gets meta["annotated"] and
   meta["strategy_labels"] (a list of {"turn_index", "speaker", "text", "labels"}, empty for the
-  717 unannotated dialogues); without, neither key exists.
+  717 unannotated dialogues); without, neither key exists. With `donation_statement` the
+  persuadee's last turn ends with its donation statement (`with_donation_statement`).
   """
   data_dir = data_dir or default_data_dir()
   table = _read_csv(os.path.join(data_dir, FULL_DIALOG), ("B2", "B4", "Turn", "Unit"))
@@ -346,7 +409,9 @@ def load_dialogues(data_dir: str | None = None, *,
             "user_ids": {"persuader": persuader.user_id, "persuadee": persuadee.user_id},
         },
     ))
-  return _attach_labels(dialogues, turn_of, data_dir) if with_labels else dialogues
+  if with_labels:
+    dialogues = _attach_labels(dialogues, turn_of, data_dir)
+  return [with_donation_statement(d) for d in dialogues] if donation_statement else dialogues
 
 
 def split_ids(dialogue_ids: Iterable[str], test_fraction: float = 0.1,

@@ -1,0 +1,51 @@
+"""BC of the AirDialogue agent (the policy), sized for one accelerator: GPT-2 small.
+
+    make run  # AirDialogue corpora and tokenizer in runs/quickstart
+    python -m experiments.train --config=experiments/configs/bc_airdialogue.py \
+        --workdir=runs/bc_airdialogue [--config.task.context=text]
+    python -m experiments.offline_eval --workdir=runs/bc_airdialogue
+
+The agent reads its flight table as CALM's structured prefix (32 rows of
+learned field embeddings, ilql_dialogue/tasks/airdialogue.py); `context=text`
+spells it out in ~575 tokens instead. To start from a Hugging Face checkpoint
+(its architecture replaces the one below, and the data is re-tokenized with
+its tokenizer): --config.model.hf_checkpoint=DIR --config.task.tokenizer=DIR.
+"""
+
+import ml_collections
+
+from experiments.configs import base_config
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = base_config()
+  c.algorithm = ml_collections.ConfigDict(dict(name="bc"))
+  c.task = ml_collections.ConfigDict(dict(
+      name="airdialogue",
+      role="agent",
+      context="prefix",  # "prefix" | "text".
+      root="runs/quickstart",  # The pipeline's workdir: corpora, tokenizer, datasets.
+      max_length=1024,  # Tokens per example; prefix rows do not count.
+      tokenizer="",  # "" = the pipeline's BPE; else an HF tokenizer directory.
+  ))
+  # ModelConfig fields (ilql_dialogue/models/config.py). vocab_size=0 and the
+  # prefix fields are filled in from the task (tasks.configure_model).
+  c.model = ml_collections.ConfigDict(dict(
+      family="gpt2", vocab_size=0, num_layers=12, d_model=768, num_heads=12, num_kv_heads=12,
+      head_dim=64, mlp_dim=3072, max_seq_len=1024, qkv_bias=True, attn_out_bias=True,
+      mlp_bias=True, tie_embeddings=True, dtype="bfloat16", param_dtype="float32",
+      prefix_field_vocab_sizes=(), prefix_num_rows=0, hf_checkpoint=""))
+  c.data = ml_collections.ConfigDict(dict(
+      eval_batches=8,  # Held-out batches for the loss logged during training.
+      bucket_boundaries=(),  # () = powers of two up to the longest example.
+  ))
+  c.offline_eval = ml_collections.ConfigDict(dict(
+      batch_size=64, max_new_tokens=64, max_dialogues=0, max_batches=0))
+  c.train.steps = 20_000
+  c.train.batch_size = 64
+  c.train.log_every = 100
+  c.train.eval_every = 1000
+  c.train.checkpoint_every = 2000
+  c.optim.learning_rate = 1e-4
+  c.optim.warmup_steps = 500
+  return c

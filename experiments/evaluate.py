@@ -1,0 +1,51 @@
+"""Plays an agent against a customer on held-out AirDialogue scenarios and scores it.
+
+    python -m experiments.evaluate --agent=runs/bc_agent --customer=scripted:chatty \
+        --num_dialogues=500 --workdir=runs/eval [--seed=1000 --batch_size=16 \
+        --max_turns=40 --temperature=1.0 --top_k=0 --top_p=1.0 --max_new_tokens=64 --beta=0]
+
+--agent: a training workdir or scripted_agent:NAME (e.g. scripted_agent:oracle).
+--customer: scripted:STYLE, a training workdir, or module.path:ClassName.
+Prints the summary as one JSON object and writes it to WORKDIR/eval_<tag>.json,
+with one transcript per dialogue in WORKDIR/transcripts_<tag>.jsonl.
+"""
+
+import json
+
+from absl import app, flags
+
+from experiments import evaluate_lib
+from ilql_dialogue import rollout
+
+_AGENT = flags.DEFINE_string("agent", None, "Agent spec.", required=True)
+_CUSTOMER = flags.DEFINE_string("customer", None, "Customer spec.", required=True)
+_NUM = flags.DEFINE_integer("num_dialogues", 100, "Dialogues to play.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where eval_*.json / transcripts_*.jsonl go.",
+                               required=True)
+_SEED = flags.DEFINE_integer("seed", rollout.DEFAULT_SEED,
+                             "Scenario seed (held out from the training corpora).")
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Dialogues played at once.")
+_MAX_TURNS = flags.DEFINE_integer("max_turns", rollout.DEFAULT_MAX_TURNS,
+                                  "Utterances (both sides) before a dialogue fails.")
+_KB_SIZE = flags.DEFINE_integer("kb_size", 30, "Flights per table.")
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.")
+_TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k filter; 0 = off.")
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus filter; 1 = off.")
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Token cap per learned utterance.")
+_BETA = flags.DEFINE_float("beta", 0.0, "ILQL value-guidance strength; 0 = the BC policy.")
+_TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the specs, seed and n).")
+
+
+def main(argv):
+  del argv
+  lm_options = dict(temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
+                    max_new_tokens=_MAX_NEW.value, beta=_BETA.value)
+  summary = evaluate_lib.evaluate(
+      _AGENT.value, _CUSTOMER.value, num_dialogues=_NUM.value, workdir=_WORKDIR.value,
+      seed=_SEED.value, batch_size=_BATCH.value, max_turns=_MAX_TURNS.value,
+      kb_size=_KB_SIZE.value, lm_options=lm_options, tag=_TAG.value)
+  print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+  app.run(main)

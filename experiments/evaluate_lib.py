@@ -1,0 +1,116 @@
+"""Online evaluation: an agent against a customer over held-out AirDialogue scenarios.
+
+`evaluate` plays `num_dialogues` scenarios (ilql_dialogue/rollout.py: seed
+1000 by default, never a training corpus stream, the same scenarios for every
+agent compared), streams one transcript line per dialogue to
+`transcripts_<tag>.jsonl`, and writes the summary (success rate +- standard
+error, status / flight / name accuracy, mean turns, how dialogues ended) to
+`eval_<tag>.json`. `online_eval_fn` is the same measurement as a training-loop
+EvalFn, so checkpoints can be chosen by return instead of by loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any, Mapping
+
+from flax import nnx
+
+from data_pipelines import mdp
+from data_pipelines.airdialogue import to_dialogue
+from data_pipelines.tokenization import DialogueTokenizer
+from ilql_dialogue import rollout, simulators, value_guidance
+from ilql_dialogue.value_heads import ILQLModel
+
+_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _slug(spec: str) -> str:
+  name = os.path.basename(os.path.abspath(spec)) if os.path.isdir(spec) else spec
+  return _SLUG_RE.sub("-", name).strip("-") or "party"
+
+
+def default_tag(agent: str, customer: str, seed: int, num_dialogues: int) -> str:
+  return f"{_slug(agent)}_vs_{_slug(customer)}_seed{seed}_n{num_dialogues}"
+
+
+def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
+             seed: int = rollout.DEFAULT_SEED, batch_size: int = 16,
+             max_turns: int = rollout.DEFAULT_MAX_TURNS, kb_size: int = 30,
+             lm_options: Mapping[str, Any] | None = None, tag: str = "",
+             progress: bool | None = None) -> dict[str, Any]:
+  """Plays and scores the dialogues; returns the summary also written to eval_<tag>.json.
+
+  `agent` / `customer` are party specs (ilql_dialogue/simulators.py);
+  `lm_options` (temperature, top_k, top_p, max_new_tokens, beta) apply to
+  every checkpoint party. The progress bar shows when there is more than
+  one batch, unless `progress` says otherwise.
+  """
+  if num_dialogues < 1:
+    raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
+  lm_options = dict(lm_options or {})
+  scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
+  agent_party = simulators.make_party(agent, simulators.AGENT, **lm_options)
+  customer_party = simulators.make_party(customer, simulators.CUSTOMER, **lm_options)
+  tag = tag or default_tag(agent, customer, seed, num_dialogues)
+  os.makedirs(workdir, exist_ok=True)
+  transcripts_path = os.path.join(workdir, f"transcripts_{tag}.jsonl")
+  summary_path = os.path.join(workdir, f"eval_{tag}.json")
+
+  start = time.perf_counter()
+  results = []
+  with open(transcripts_path, "w", encoding="utf-8") as f:
+    for result in rollout.run_dialogues(
+        agent_party, customer_party, scenarios, batch_size=batch_size, max_turns=max_turns,
+        seed=seed, progress=num_dialogues > batch_size if progress is None else progress):
+      results.append(result)
+      f.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
+  elapsed = time.perf_counter() - start
+
+  summary = rollout.summarize(results)
+  summary.update(
+      agent=agent, customer=customer, seed=seed, batch_size=batch_size, max_turns=max_turns,
+      kb_size=kb_size, lm_options=lm_options, elapsed_s=elapsed,
+      dialogues_per_s=num_dialogues / elapsed, transcripts=transcripts_path)
+  with open(summary_path, "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+    f.write("\n")
+  return summary
+
+
+def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
+                   num_dialogues: int = 64, seed: int = rollout.DEFAULT_SEED, kb_size: int = 30,
+                   batch_size: int = 16, max_turns: int = rollout.DEFAULT_MAX_TURNS,
+                   include_context: bool = True,
+                   serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
+                   prefix_fields: Any = None, beta: float = 0.0, **lm_options: Any):
+  """An EvalFn (train_loop) that plays the model being trained, as `role`, against `opponent`.
+
+  Returns {"return": success rate, "success_stderr", "mean_turns"} on fixed
+  held-out scenarios; "return" is the metric ILQL selects checkpoints by.
+  The layout arguments are a Task's (tokenizer, include_context,
+  serialize_context, prefix.fields); `beta` != 0 decodes an ILQLModel with
+  value guidance.
+  """
+  scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
+
+  def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
+    del step  # The scenarios and seeds stay fixed, so steps are comparable.
+    decoder = value_guidance.decoding_model(model) if isinstance(model, ILQLModel) else model
+    hook = (None if beta == 0.0 else
+            lambda batch: value_guidance.value_guidance(model, beta, batch))
+    party = simulators.LMParty(decoder, tokenizer, role, include_context=include_context,
+                               serialize_context=serialize_context, prefix_fields=prefix_fields,
+                               hook=hook, **lm_options)
+    other_role = simulators.CUSTOMER if role == simulators.AGENT else simulators.AGENT
+    other = simulators.make_party(opponent, other_role)
+    agent, customer = (party, other) if role == simulators.AGENT else (other, party)
+    summary = rollout.summarize(list(rollout.run_dialogues(
+        agent, customer, scenarios, batch_size=batch_size, max_turns=max_turns, seed=seed)))
+    return {"return": summary["success_rate"], "success_stderr": summary["success_stderr"],
+            "mean_turns": summary["mean_turns"]}
+
+  return eval_fn

@@ -1,0 +1,236 @@
+"""Offline evaluation of a trained role on held-out dialogues.
+
+    python -m experiments.offline_eval --workdir=RUN_DIR [--split=eval] [--step=N]
+        [--max_dialogues=N]
+
+Restores the model of a run made by experiments/train.py (its config.json
+names the task) and reports, on the split's MDP dataset and dialogues:
+
+  * loss, perplexity and token accuracy of the role's tokens, weighted by
+    token over the whole split (not a mean of batch means);
+  * the task's final-turn metrics: each held-out dialogue's last turn of the
+    role is decoded greedily from the real history before it (AirDialogue
+    agent: the final action; P4G persuadee: the stated donation). Decoding is
+    batched on a KV cache inside one `lax.while_loop` per batch, with one
+    host transfer per batch. Dialogues whose prompt plus `max_new_tokens`
+    exceeds the model's positions are counted as `final_turn/too_long`, not
+    silently dropped.
+
+Writes RUN_DIR/offline_eval_{split}_step{N}.json. `evaluate_run` is the entry
+point for the pipeline; `evaluate` works on any model with the LM contract
+(a BC model, or an ILQL model's policy).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import app, flags
+from flax import nnx
+
+from data_pipelines import batching, mdp
+from data_pipelines.dialogue import Dialogue, read_jsonl
+from ilql_dialogue import bc, checkpointing, sharding, tasks, train_loop
+from ilql_dialogue.generation import sampler
+
+NUM_SAMPLES = 5  # Decoded turns written next to the metrics, for a human to read.
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """config.offline_eval when a run's config has none."""
+  return ml_collections.ConfigDict(dict(
+      batch_size=16,  # Rows per decoding batch.
+      max_new_tokens=64,  # Longest final turn decoded.
+      max_dialogues=0,  # Held-out dialogues decoded; 0 = all.
+      max_batches=0,  # Batches of the split for loss / perplexity; 0 = all.
+  ))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _token_sums(graphdef, state, batch):
+  model = nnx.merge(graphdef, state)
+  loss, metrics = bc.BC().loss(model, batch, None)
+  count = (batch["action_mask"][:, 1:] & batch["attention_mask"][:, 1:]).sum()
+  return jnp.stack([loss * count, metrics["token_accuracy"] * count, count.astype(jnp.float32)])
+
+
+def token_metrics(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigDict,
+                  split: str) -> dict[str, float]:
+  graphdef, state = nnx.split(model)
+  sums = [_token_sums(graphdef, state, batch)
+          for batch in tasks.eval_batches(task, config, split, config.offline_eval.max_batches)]
+  ce_sum, correct, count = np.sum(jax.device_get(sums), axis=0)
+  return {"loss": float(ce_sum / count), "perplexity": float(np.exp(ce_sum / count)),
+          "token_accuracy": float(correct / count), "tokens": int(count)}
+
+
+def final_turn_prompt(dialogue: Dialogue, task: tasks.Task) -> np.ndarray:
+  """Token ids of the history before the role's last turn, ending with its speaker token.
+
+  Built with the MDP builder itself (no window), so the prompt is laid out
+  exactly like the training sequences. Raises mdp.NoActionsError when the
+  role never speaks.
+  """
+  example = mdp.dialogue_to_example(
+      dialogue, task.tokenizer, task.role, 2**31 - 1, serialize_context=task.serialize_context,
+      include_context=task.include_context)
+  actions = np.flatnonzero(example["action_mask"])
+  ends = np.flatnonzero(example["utterance_end"])
+  start = actions[actions > ends[-2]][0] if len(ends) > 1 else actions[0]
+  return example["input_ids"][:start]
+
+
+def _left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int):
+  tokens_BxT = np.full((len(prompts), length), pad_id, np.int32)
+  mask_BxT = np.zeros((len(prompts), length), bool)
+  for b, ids in enumerate(prompts):
+    tokens_BxT[b, length - len(ids):] = ids
+    mask_BxT[b, length - len(ids):] = True
+  return tokens_BxT, mask_BxT
+
+
+def decode_final_turns(model: nnx.Module, task: tasks.Task, dialogues: Sequence[Dialogue],
+                       prompts: Sequence[np.ndarray], batch_size: int,
+                       max_new_tokens: int) -> list[str]:
+  """Greedy decodings of each prompt's next turn, up to and without its <|eot|>.
+
+  Prompts are sorted by length and left-padded to a power-of-two bucket, so
+  the decoder compiles once per bucket; the last batch is filled with rows
+  that generate nothing.
+  """
+  tok = task.tokenizer
+  order = np.argsort([len(p) for p in prompts], kind="stable")
+  bounds = batching.bucket_boundaries(max(len(p) for p in prompts))
+  num_rows = 0 if task.prefix is None else task.prefix.num_rows
+  out: list[str] = [""] * len(prompts)
+  for first in range(0, len(order), batch_size):
+    rows = order[first:first + batch_size]
+    length = bounds[np.searchsorted(bounds, len(prompts[rows[-1]]))]
+    fill = [rows[0]] * (batch_size - len(rows))
+    tokens_BxT, mask_BxT = _left_pad([prompts[i] for i in [*rows, *fill]], length, tok.pad_id)
+    prefix = {}
+    if task.prefix is not None:
+      fields_BxPxF = np.stack([task.prefix.fields(dialogues[i].context.get(task.role, {}),
+                                                  f"dialogue {dialogues[i].dialogue_id!r}")
+                               for i in [*rows, *fill]])
+      prefix = {"prefix_BxPxD": model.embed_prefix(jnp.asarray(fields_BxPxF))}
+    state = sampler.prefill(model, tokens_BxT, mask_BxT,
+                            max_len=num_rows + length + max_new_tokens, **prefix)
+    params = sampler.SamplingParams.make(
+        batch_size, max_new_tokens=[max_new_tokens] * len(rows) + [0] * len(fill),
+        temperature=0.0, stop_tokens=[tok.eot_id])
+    _, new_BxN, _, lengths_B = sampler.generate(
+        model, state, params, jax.random.key(0), max_new_tokens=max_new_tokens, pad_id=tok.pad_id)
+    new_BxN, lengths_B = jax.device_get((new_BxN, lengths_B))
+    for b, i in enumerate(rows):
+      ids = new_BxN[b, :lengths_B[b]].tolist()
+      out[i] = tok.decode(ids[:-1] if ids and ids[-1] == tok.eot_id else ids)
+  return out
+
+
+def final_turn_metrics(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigDict,
+                       split: str) -> dict[str, Any]:
+  """The task's metrics on greedy decodings of the role's last turn of held-out dialogues."""
+  settings = config.offline_eval
+  dialogues, prompts = [], []
+  no_turn = too_long = 0
+  for dialogue in read_jsonl(task.dialogue_paths[split]):
+    if settings.max_dialogues and len(dialogues) + no_turn + too_long >= settings.max_dialogues:
+      break
+    try:
+      prompt = final_turn_prompt(dialogue, task)
+    except mdp.NoActionsError:
+      no_turn += 1
+      continue
+    if len(prompt) + settings.max_new_tokens > model.cfg.max_seq_len:
+      too_long += 1
+      continue
+    dialogues.append(dialogue)
+    prompts.append(prompt)
+  counts = {"final_turn/evaluated": len(dialogues), "final_turn/no_turn": no_turn,
+            "final_turn/too_long": too_long}
+  if not dialogues:
+    return counts
+  decoded = decode_final_turns(model, task, dialogues, prompts, settings.batch_size,
+                               settings.max_new_tokens)
+  samples = [{"dialogue_id": d.dialogue_id, "decoded": text,
+              "reference": [t.text for t in d.turns if t.speaker == task.role][-1]}
+             for d, text in zip(dialogues[:NUM_SAMPLES], decoded)]
+  return {**counts, **task.final_turn_metrics(dialogues, decoded), "samples": samples}
+
+
+def evaluate(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigDict,
+             split: str = "eval") -> dict[str, Any]:
+  """All offline metrics of `model` (the LM contract; a PrefixLM for a prefix task)."""
+  if "offline_eval" not in config:
+    with config.unlocked():
+      config.offline_eval = default_config()
+  metrics = {"task": task.name, "role": task.role, "context": task.context, "split": split,
+             **token_metrics(model, task, config, split)}
+  if task.final_turn_metrics is not None:
+    metrics.update(final_turn_metrics(model, task, config, split))
+  return metrics
+
+
+def restore_model(workdir: str, step: int | None = None):
+  """(config, task, model, step) of a run of experiments/train.py, from its checkpoint."""
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  if "task" not in config:
+    raise ValueError(f"{workdir}/config.json: field 'task': missing; offline evaluation needs a "
+                     "task config (experiments/configs/bc_*.py)")
+  config.model.hf_checkpoint = ""  # The weights come from the checkpoint.
+  task = tasks.make_task(config)
+  tasks.configure_model(config, task)
+  mesh = sharding.make_mesh(**config.mesh)
+  with sharding.mesh_context(mesh):
+    training = train_loop.build_training(config, bc.BC(), mesh)
+    checkpointer = checkpointing.Checkpointer(workdir, keep=config.train.keep_checkpoints,
+                                              async_save=False)
+    step = checkpointer.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"{workdir}: no checkpoint to evaluate")
+    state, _ = checkpointer.restore(step, training.restore_target())
+    checkpointer.close()
+  return config, task, nnx.merge(training.graphdef, state).model, step
+
+
+def evaluate_run(workdir: str, split: str = "eval", step: int | None = None,
+                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+  """Evaluates a run's checkpoint (default: the latest) and writes the metrics as JSON."""
+  config, task, model, step = restore_model(workdir, step)
+  if "offline_eval" not in config:
+    with config.unlocked():
+      config.offline_eval = default_config()
+  config.offline_eval.update(overrides or {})
+  mesh = sharding.make_mesh(**config.mesh)
+  with sharding.mesh_context(mesh):
+    metrics = {"step": step, **evaluate(model, task, config, split)}
+  with open(os.path.join(workdir, f"offline_eval_{split}_step{step}.json"), "w") as f:
+    json.dump(metrics, f, indent=2)
+  return metrics
+
+
+def main(argv):
+  del argv
+  flag = flags.FLAGS
+  overrides = {} if flag.max_dialogues is None else {"max_dialogues": flag.max_dialogues}
+  print(json.dumps(evaluate_run(flag.workdir, flag.split, flag.step, overrides), indent=2))
+
+
+if __name__ == "__main__":
+  # Flags are defined only when run as a program: the pipeline and the tests
+  # import this module next to experiments.train, which defines --workdir too.
+  flags.DEFINE_string("workdir", None, "Run directory of experiments.train.", required=True)
+  flags.DEFINE_enum("split", "eval", tasks.SPLITS, "Which split to evaluate on.")
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+  flags.DEFINE_integer("max_dialogues", None,
+                       "Held-out dialogues to decode (default: the config's).")
+  app.run(main)

@@ -1,0 +1,231 @@
+"""A training workdir -> a sampling-ready policy: model, tokenizer, config and layout.
+
+What a workdir holds (ilql_dialogue/train_loop.py): `config.json` (the
+resolved config) and `checkpoints/<step>/state` (the whole train state:
+model, optimizer, rng). Only the `model` subtree is read, straight into
+single-device arrays, so evaluation never allocates optimizer moments.
+
+Layout (role, tokenizer, how the private context reaches the model) comes
+from what the run trained on, so decoding reproduces it instead of assuming:
+
+  * a task run (config.task, experiments/configs/bc_*.py): the Task
+    (ilql_dialogue/tasks) gives the role, the dataset's tokenizer, the context
+    serialization, and the structured-prefix fields of a `context=prefix` run;
+  * a plain dataset run (config.data.dataset_dir): the tokenizer is
+    `<workdir>/tokenizer` if present, else `<dataset_dir>/tokenizer`; the
+    role, whether a context prefix was used, and which serialization made it
+    are read off the dataset's first example (each candidate serialization is
+    re-encoded and compared with the stored tokens).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Callable
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from data_pipelines import mdp
+from data_pipelines.airdialogue import to_dialogue
+from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
+from ilql_dialogue import bc, ilql, value_guidance
+from ilql_dialogue.checkpointing import CHECKPOINT_DIR
+from ilql_dialogue.simulators import LMParty
+from ilql_dialogue.value_heads import ILQLModel
+
+# config.algorithm.name -> Algorithm with the module structure experiments/train.py trains
+# (weights come from the checkpoint, so no Hugging Face checkpoint is read).
+ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
+    "bc": lambda config: bc.BC(bc.lm_from_config),
+    "ilql": ilql.ILQL.from_config,
+}
+# Context serializations a dataset may have been built with, tried in order.
+SERIALIZATIONS: dict[str, mdp.SerializeContext] = {
+    "airdialogue": to_dialogue.serialize_context,
+    "json": mdp.json_context,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+  """A restored model and everything needed to decode with it as in training.
+
+  `model` is what the algorithm trained (BC: the Transformer; ILQL: the
+  ILQLModel); `decoder` is the module the sampler runs. `role` is None when
+  the training data could not be read (then the caller names the role).
+  """
+
+  model: nnx.Module
+  decoder: nnx.Module
+  tokenizer: DialogueTokenizer
+  config: ml_collections.ConfigDict
+  role: str | None
+  include_context: bool
+  serialize_context: mdp.SerializeContext
+  step: int
+  workdir: str
+  prefix_fields: Callable[[Any, str], Any] | None = None  # Structured-prefix runs only.
+
+  def hook(self, batch_size: int, beta: float = 0.0) -> Any | None:
+    """ILQL value guidance (logits + beta (Q - V)) for ILQL models with beta != 0."""
+    if beta == 0.0:
+      return None
+    if not isinstance(self.model, ILQLModel):
+      raise ValueError(f"{self.workdir}: beta={beta} needs an ILQL checkpoint, this one is "
+                       f"{self.config.algorithm.name!r}")
+    return value_guidance.value_guidance(self.model, beta, batch_size)
+
+
+def _tuples(obj: Any) -> Any:
+  """JSON lists back to the tuples the configs hold (ModelConfig must stay hashable)."""
+  if isinstance(obj, list):
+    return tuple(_tuples(v) for v in obj)
+  if isinstance(obj, dict):
+    return {k: _tuples(v) for k, v in obj.items()}
+  return obj
+
+
+def read_config(workdir: str) -> ml_collections.ConfigDict:
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise ValueError(f"{workdir}: no config.json; not a training workdir")
+  with open(path, encoding="utf-8") as f:
+    try:
+      obj = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{e.lineno}: field '<record>': malformed JSON ({e.msg})") from None
+  for field in ("algorithm", "model"):
+    if not isinstance(obj.get(field), dict):
+      raise ValueError(f"{path}: field '{field}': missing")
+  return ml_collections.ConfigDict(_tuples(obj))
+
+
+def restore_model(workdir: str, config: ml_collections.ConfigDict,
+                  step: int | None = None) -> tuple[nnx.Module, int]:
+  """The `model` subtree of checkpoint `step` (default: the latest) on one device."""
+  name = config.algorithm.name
+  if name not in ALGORITHMS:
+    raise ValueError(f"{workdir}/config.json: field 'algorithm.name': {name!r}; known: "
+                     f"{sorted(ALGORITHMS)}")
+  fields = config.to_dict()
+  fields["model"].pop("hf_checkpoint", None)  # Not an architecture field; weights are restored.
+  config = ml_collections.ConfigDict(fields)
+  algorithm = ALGORITHMS[name](config)
+  abstract = nnx.eval_shape(lambda: algorithm.init(config, nnx.Rngs(0)))
+  graphdef, abstract_state = nnx.split(abstract)
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
+                        nnx.to_pure_dict(abstract_state))
+  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+  with ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)),
+                             options=options, item_names=("state",)) as manager:
+    steps = list(manager.all_steps())
+    if not steps:
+      raise ValueError(f"{workdir}: no checkpoint under {CHECKPOINT_DIR}/")
+    step = max(steps) if step is None else step
+    if step not in steps:
+      raise ValueError(f"{workdir}: no checkpoint at step {step}; saved: {sorted(steps)}")
+    restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding), target)
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        item={"model": target}, restore_args={"model": restore_args}, partial_restore=True)))
+  nnx.replace_by_pure_dict(abstract_state, restored.state["model"])
+  return nnx.merge(graphdef, abstract_state), step
+
+
+def find_tokenizer_dir(workdir: str, config: ml_collections.ConfigDict) -> str:
+  candidates = [os.path.join(workdir, "tokenizer")]
+  dataset_dir = config.get("data", {}).get("dataset_dir") or ""
+  if dataset_dir:
+    candidates.append(os.path.join(dataset_dir, "tokenizer"))
+  for directory in candidates:
+    if os.path.exists(os.path.join(directory, "tokenizer.json")):
+      return directory
+  raise ValueError(f"{workdir}: no tokenizer in {candidates}; save the training tokenizer to "
+                   f"{candidates[0]}")
+
+
+def training_layout(dataset_dir: str, tokenizer: DialogueTokenizer
+                    ) -> tuple[str, bool, mdp.SerializeContext]:
+  """(role, include_context, serialize_context) of the dataset's first example."""
+  from data_pipelines.mdp_dataset import load_mdp_dataset  # datasets: only when needed.
+
+  example = load_mdp_dataset(dataset_dir)[0]
+  role, ids = example["role"], example["input_ids"][:example["length"]]
+  if ids[0] != tokenizer.context_id:
+    return role, False, SERIALIZATIONS["airdialogue"]
+  context = json.loads(example["context_json"])
+  stored = ids[1:ids.index(tokenizer.dialogue_id)] if tokenizer.dialogue_id in ids else ids[1:]
+  for serialize in SERIALIZATIONS.values():
+    try:
+      encoded = tokenizer.encode(serialize(role, context))
+    except (ValueError, KeyError):
+      continue
+    if encoded[:len(stored)] == stored:
+      return role, True, serialize
+  raise ValueError(f"{dataset_dir}: field 'input_ids': the context tokens of example 0 match "
+                   f"none of the serializations {sorted(SERIALIZATIONS)}")
+
+
+def _task_layout(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  from ilql_dialogue import tasks  # The task modules read the run's (existing) datasets.
+
+  task = tasks.make_task(config)
+  return dict(role=task.role, tokenizer=task.tokenizer, include_context=task.include_context,
+              serialize_context=task.serialize_context,
+              prefix_fields=None if task.prefix is None else task.prefix.fields)
+
+
+def _dataset_layout(workdir: str, config: ml_collections.ConfigDict, role: str | None,
+                    tokenizer_dir: str | None) -> dict[str, Any]:
+  tokenizer = load_tokenizer(tokenizer_dir or find_tokenizer_dir(workdir, config))
+  dataset_dir = config.get("data", {}).get("dataset_dir") or ""
+  if dataset_dir and os.path.isdir(dataset_dir):
+    data_role, include_context, serialize = training_layout(dataset_dir, tokenizer)
+  elif role is None:
+    raise ValueError(f"{workdir}: training dataset {dataset_dir!r} not found; pass role= "
+                     f"(and check the context layout)")
+  else:
+    data_role, include_context, serialize = None, True, SERIALIZATIONS["airdialogue"]
+  return dict(role=data_role, tokenizer=tokenizer, include_context=include_context,
+              serialize_context=serialize)
+
+
+def load_policy(workdir: str, *, step: int | None = None, role: str | None = None,
+                tokenizer_dir: str | None = None) -> Policy:
+  """Restores a workdir's checkpoint as a Policy (see the module docstring).
+
+  `role` / `tokenizer_dir` override what the workdir and its data say.
+  """
+  workdir = os.path.abspath(workdir)
+  config = read_config(workdir)
+  model, step = restore_model(workdir, config, step)
+  if config.get("task") is not None:
+    layout = _task_layout(config)
+    if tokenizer_dir:
+      layout["tokenizer"] = load_tokenizer(tokenizer_dir)
+  else:
+    layout = _dataset_layout(workdir, config, role, tokenizer_dir)
+  layout["role"] = role or layout["role"]
+  if layout["tokenizer"].vocab_size > config.model.vocab_size:
+    raise ValueError(f"{workdir}: tokenizer has {layout['tokenizer'].vocab_size} ids, the model "
+                     f"embeds only {config.model.vocab_size}")
+  decoder = value_guidance.decoding_model(model) if isinstance(model, ILQLModel) else model
+  return Policy(model=model, decoder=decoder, config=config, step=step, workdir=workdir,
+                **layout)
+
+
+def lm_party(policy: Policy, role: str, *, beta: float = 0.0,
+             **options: Any) -> LMParty:
+  """An LMParty playing `role` with `policy`; `options` are LMParty's sampling keywords."""
+  if policy.role is not None and policy.role != role:
+    raise ValueError(f"{policy.workdir}: trained to play {policy.role!r}, asked to play {role!r}")
+  hook = None if beta == 0.0 else functools.partial(policy.hook, beta=beta)
+  return LMParty(policy.decoder, policy.tokenizer, role, include_context=policy.include_context,
+                 serialize_context=policy.serialize_context, prefix_fields=policy.prefix_fields,
+                 hook=hook, **options)

@@ -1,0 +1,497 @@
+"""The party protocol: one side of a batch of dialogues, learned or scripted.
+
+Every participant in a rollout (a trained policy, a learned simulator, a
+scripted AirDialogue customer or agent, a user's own class) implements two
+methods and nothing else; the engine (ilql_dialogue/rollout.py) never looks
+inside a party:
+
+    reset(contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None
+        Starts B new dialogues. `contexts[b]` is THIS party's private context
+        in row b, as JSON (AirDialogue: the customer gets its intent,
+        `Intent.to_json()`; the agent gets its flight table and reservation,
+        `FlightTable.to_json()`), never the other side's. `seeds[b]` is a
+        non-negative int; a party draws all its randomness from it, so a
+        dialogue replays identically whatever batch it lands in.
+    respond(histories: Sequence[Sequence[Turn] | None]) -> list[str | None]
+        Returns the next utterance of every row. `histories[b]` is row b's
+        whole dialogue so far (`data_pipelines.dialogue.Turn`s of both sides,
+        the other side's last turn at the end), or None for a row that has
+        finished: its reply must be None. A party may answer None for a live
+        row to end that dialogue (e.g. its context window is full); the
+        engine records it as ended by that party, and it counts as a failure.
+
+The engine calls `respond` once per turn with all rows at once, so a learned
+party decodes the whole batch in one call. Spec strings (`make_party`):
+
+    scripted:STYLE          scripted AirDialogue customer (customers.STYLES)
+    scripted_agent:NAME     scripted AirDialogue agent (agents.AGENTS; oracle = reference)
+    PATH                    a training workdir: the checkpoint as an LMParty
+    module.path:ClassName   a user's class implementing the protocol; it is
+                            constructed with `role=` if its __init__ takes
+                            one, else with no arguments
+
+Role enforcement (LMParty). A learned party only ever decodes its own turn:
+the environment forces its speaker token, and generation masks every special
+token except <|eot|> (so it can never write another speaker's token, a
+context/dialogue separator, pad, bos or eos) and, for a role that may not end
+the dialogue (the AirDialogue customer), the single-id action markers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import inspect
+import os
+import re
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from data_pipelines.airdialogue import action_grammar, agents, customers, schema, to_dialogue
+from data_pipelines.dialogue import Turn
+from data_pipelines.mdp import SerializeContext
+from data_pipelines.tokenization import DialogueTokenizer
+from ilql_dialogue.generation import logits_processors as lp
+from ilql_dialogue.generation import sampler
+from ilql_dialogue.models.kv_cache import init_cache
+
+CUSTOMER, AGENT = to_dialogue.ROLES
+ACTION_ROLES = (AGENT,)  # Roles allowed to write the final action block.
+ACTION_MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
+SCRIPTED_CUSTOMER_PREFIX = "scripted:"
+SCRIPTED_AGENT_PREFIX = "scripted_agent:"
+_CLASS_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+class Party(Protocol):
+  """One side of B dialogues played in lockstep (see the module docstring)."""
+
+  def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
+    ...
+
+  def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    ...
+
+
+# --- Scripted AirDialogue parties --------------------------------------------
+
+
+def _typed(cls: type, obj: Mapping[str, Any]) -> Any:
+  """A schema dataclass from its official JSON (key "class" is `flight_class`)."""
+  known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+  fields, extra = {}, {}
+  for key, value in obj.items():
+    attr = "flight_class" if key == "class" else key
+    if attr in known:
+      fields[attr] = value
+    else:
+      extra[key] = value
+  return cls(**fields, extra=extra)
+
+
+def intent_from_json(obj: Mapping[str, Any]) -> schema.Intent:
+  return _typed(schema.Intent, obj)
+
+
+def table_from_json(obj: Mapping[str, Any]) -> schema.FlightTable:
+  flights = tuple(_typed(schema.Flight, f) for f in obj["kb"])
+  return schema.FlightTable(flights=flights, reservation=obj["reservation"])
+
+
+def _check_rows(name: str, histories: Sequence[Any], batch: int) -> None:
+  if len(histories) != batch:
+    raise ValueError(f"{name}.respond: {len(histories)} histories for {batch} rows (reset)")
+
+
+class ScriptedCustomer:
+  """`customers.Customer` of one style in every row: opens, then answers each agent turn."""
+
+  def __init__(self, style: str):
+    if style not in customers.STYLES:
+      raise ValueError(f"unknown customer style {style!r}; known: {sorted(customers.STYLES)}")
+    self.style = style
+    self._rows: list[customers.Customer] = []
+
+  def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
+    self._rows = [customers.Customer(intent_from_json(c), self.style, np.random.default_rng(s))
+                  for c, s in zip(contexts, seeds, strict=True)]
+
+  def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    _check_rows("ScriptedCustomer", histories, len(self._rows))
+    replies = []
+    for b, (customer, history) in enumerate(zip(self._rows, histories)):
+      if history is None:
+        replies.append(None)
+      elif not history:
+        replies.append(customer.opening())
+      elif history[-1].speaker != AGENT:
+        raise ValueError(f"ScriptedCustomer, row {b}: last turn is {history[-1].speaker!r}'s, "
+                         f"not the agent's")
+      else:
+        replies.append(customer.respond(history[-1].text))
+    return replies
+
+
+class ScriptedAgent:
+  """`agents.ScriptedAgent` of one skill in every row (`oracle` always succeeds)."""
+
+  def __init__(self, skill: str):
+    if skill not in agents.AGENTS:
+      raise ValueError(f"unknown scripted agent {skill!r}; known: {sorted(agents.AGENTS)}")
+    self.skill = skill
+    self._rows: list[agents.ScriptedAgent] = []
+
+  def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
+    self._rows = [agents.ScriptedAgent(table_from_json(c), self.skill, np.random.default_rng(s))
+                  for c, s in zip(contexts, seeds, strict=True)]
+
+  def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    _check_rows("ScriptedAgent", histories, len(self._rows))
+    replies = []
+    for b, (agent, history) in enumerate(zip(self._rows, histories)):
+      if history is None:
+        replies.append(None)
+      elif history and history[-1].speaker != CUSTOMER:
+        raise ValueError(f"ScriptedAgent, row {b}: last turn is {history[-1].speaker!r}'s, "
+                         f"not the customer's")
+      else:
+        replies.append(agent.respond(history[-1].text if history else ""))
+    return replies
+
+
+# --- Learned parties ----------------------------------------------------------
+
+
+def forbidden_token_ids(tokenizer: DialogueTokenizer, role: str,
+                        action_roles: Sequence[str] = ACTION_ROLES,
+                        action_markers: Sequence[str] = ACTION_MARKERS) -> list[int]:
+  """Ids `role` may never generate inside its own turn (see the module docstring).
+
+  A tokenizer without the markers cannot mask the action block by one id; the
+  customer's turns are then only kept out of the outcome by the engine, which
+  parses actions from agent turns alone (and counts customer blocks).
+  """
+  ids = set(tokenizer.special_ids) - {tokenizer.eot_id}
+  if role not in action_roles:
+    missing = [m for m in action_markers if m not in tokenizer.marker_ids]
+    if missing:
+      logging.warning("tokenizer has no single-id markers %s: the %s's action block is not "
+                      "masked while decoding (train the tokenizer with markers=%s)",
+                      missing, role, list(action_markers))
+    ids |= {tokenizer.marker_ids[m] for m in action_markers if m in tokenizer.marker_ids}
+  return sorted(ids)
+
+
+def _take_slots(kv: jax.Array, layout: str, order_BxS: jax.Array) -> jax.Array:
+  """Gathers the slot axis of a cache array whose field name spells its layout (e.g. LxBxKxSxH)."""
+  axes = layout.split("x")
+  b_axis, s_axis = axes.index("B"), axes.index("S")
+  index = order_BxS if b_axis < s_axis else order_BxS.T
+  index = jnp.expand_dims(index, [i for i in range(len(axes)) if i not in (b_axis, s_axis)])
+  return jnp.take_along_axis(kv, index, axis=s_axis)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def compact(state: sampler.DecodeState) -> sampler.DecodeState:
+  """Moves each row's real cache slots to the front, in order, and frees the rest.
+
+  Rows are slot-aligned, so every turn appended or decoded costs all rows the
+  widest row's slots; over a long dialogue most slots hold padding. Keys and
+  values already carry their positions and a later query sees every earlier
+  slot, so gathering the valid slots forward changes no result: the history
+  is kept exactly, without being encoded again.
+  """
+  cache = state.cache
+  order_BxS = jnp.argsort(~cache.valid_BxS, axis=1, stable=True)
+  valid_BxS = jnp.take_along_axis(cache.valid_BxS, order_BxS, axis=1)
+  changes = {"valid_BxS": valid_BxS,
+             "index": jnp.max(jnp.sum(valid_BxS, axis=1, dtype=cache.index.dtype))}
+  for field in dataclasses.fields(cache):
+    if field.name not in changes:  # Key/value arrays (a tuple of them for DualTrunk).
+      layout = field.name.split("_", 1)[1]
+      changes[field.name] = jax.tree.map(
+          lambda kv, layout=layout: _take_slots(kv, layout, order_BxS), getattr(cache, field.name))
+  return state.replace(cache=cache.replace(**changes))
+
+
+def _pad_rows(rows: Sequence[Sequence[int]], width: int,
+              pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+  tokens_BxT = np.full((len(rows), width), pad_id, np.int32)
+  mask_BxT = np.zeros((len(rows), width), bool)
+  for b, row in enumerate(rows):
+    tokens_BxT[b, :len(row)] = row
+    mask_BxT[b, :len(row)] = True
+  return tokens_BxT, mask_BxT
+
+
+def chunk_slots(rows: Sequence[Sequence[int]], chunk: int) -> int:
+  """Cache slots `extend` uses for `rows`: the longest row rounded up to whole chunks."""
+  return -(-max(map(len, rows)) // chunk) * chunk
+
+
+def empty_state(decoder: Any, batch: int, max_len: int) -> sampler.DecodeState:
+  """A decoding state holding nothing yet, with `max_len` cache slots per row."""
+  cfg = decoder.cfg
+  return sampler.DecodeState(
+      cache=init_cache(cfg, batch, max_len),
+      last_hidden_BxD=jnp.zeros((batch, cfg.d_model), jnp.dtype(cfg.dtype)),
+      lengths_B=jnp.zeros((batch,), jnp.int32))
+
+
+def extend(decoder: Any, state: sampler.DecodeState, rows: Sequence[Sequence[int]],
+           pad_id: int, chunk: int) -> sampler.DecodeState:
+  """Appends each row's tokens to the cache, `chunk` slots per call.
+
+  Fixed-width pieces (a row's padding masked) mean one compiled append per
+  batch size, whatever the context and turn lengths.
+  """
+  tokens_BxT, mask_BxT = _pad_rows(rows, chunk_slots(rows, chunk), pad_id)
+  for start in range(0, tokens_BxT.shape[1], chunk):
+    state = sampler.append(decoder, state, tokens_BxT[:, start:start + chunk],
+                           mask_BxT[:, start:start + chunk])
+  return state
+
+
+def start_state(decoder: Any, prompts: Sequence[Sequence[int]], pad_id: int, chunk: int,
+                max_len: int, prefix_BxPxD: jax.Array | None = None) -> sampler.DecodeState:
+  """A cache of `max_len` slots holding the prompts (after the prefix rows, if any).
+
+  Without a prefix the prompts go through `extend` from `empty_state`, so no
+  prefill is compiled at all; a prefix enters with a prefill of the first chunk.
+  """
+  if prefix_BxPxD is None:
+    return extend(decoder, empty_state(decoder, len(prompts), max_len), prompts, pad_id, chunk)
+  head_BxT, mask_BxT = _pad_rows([p[:chunk] for p in prompts], chunk, pad_id)
+  state = sampler.prefill(decoder, head_BxT, mask_BxT, max_len=max_len, prefix_BxPxD=prefix_BxPxD)
+  rest = [p[chunk:] for p in prompts]
+  return extend(decoder, state, rest, pad_id, chunk) if any(rest) else state
+
+
+class LMParty:
+  """A language model playing one role, B rows at once, with one KV cache per party.
+
+  The cache holds each row's layout exactly as training saw it
+  (data_pipelines/mdp.py): `[<|context|> serialized context] <|dialogue|>`,
+  then `<|speaker|> text <|eot|>` per turn; a model that reads its context as
+  a structured prefix (bc.PrefixLM, CALM's table) gets `prefix_fields(context,
+  where) -> int32 [P, F]` embedded before the tokens instead. `reset` prefills the context;
+  each `respond` APPENDS only what is new (the other side's turns since this
+  party last spoke, then this party's forced speaker token) and samples until
+  <|eot|>; nothing is ever encoded twice. Blocks are written `chunk` slots at
+  a time (one compiled shape), and `compact` reclaims padding slots when the
+  cache fills. A row ends (gets None) once its next block and turn would pass
+  `row_limit` = max_positions - max_new_tokens: `sampler.generate` asks every
+  row, finished or not, to have room for a whole turn in the model's window.
+
+  `generated_ids[b]` keeps the ids this party sampled in row b, one list per
+  turn (the <|eot|> included), so callers can audit what was decoded;
+  `compactions` counts cache compactions since `reset`.
+  """
+
+  def __init__(self, decoder: Any, tokenizer: DialogueTokenizer, role: str, *,
+               max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
+               top_p: float = 1.0, include_context: bool = True,
+               serialize_context: SerializeContext = to_dialogue.serialize_context,
+               forbidden_ids: Sequence[int] | None = None,
+               hook: Callable[[int], Any] | None = None, max_positions: int | None = None,
+               chunk: int = 32,
+               prefix_fields: Callable[[Mapping[str, Any], str], np.ndarray] | None = None):
+    if role not in tokenizer.speaker_token_ids:
+      raise ValueError(f"LMParty: role {role!r} has no speaker token in tokenizer roles "
+                       f"{list(tokenizer.roles)}")
+    self.decoder = decoder
+    self.tokenizer = tokenizer
+    self.role = role
+    self.max_new_tokens = max_new_tokens
+    self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    self.include_context = include_context
+    self.serialize_context = serialize_context
+    self.forbidden_ids = list(forbidden_token_ids(tokenizer, role) if forbidden_ids is None
+                              else forbidden_ids)
+    self._hook_factory = hook
+    self.max_positions = max_positions or decoder.cfg.max_seq_len
+    self.row_limit = self.max_positions - max_new_tokens
+    if max_new_tokens < 1 or max_new_tokens + 2 > self.row_limit:
+      raise ValueError(f"LMParty: max_new_tokens={max_new_tokens} must be in "
+                       f"[1, max_positions / 2 - 1 = {self.max_positions // 2 - 1}]")
+    self.chunk = chunk
+    self.prefix_fields = prefix_fields
+    num_prefix = decoder.cfg.prefix_num_rows if prefix_fields is not None else 0
+    if prefix_fields is not None and not hasattr(decoder, "embed_prefix"):
+      raise ValueError("LMParty: prefix_fields needs a decoder with embed_prefix (bc.PrefixLM)")
+    # Every decode step attends over all slots, so the cache holds one window
+    # (plus the prefix rows and one chunk) and is compacted whenever the next
+    # chunk or reply would not fit: after compaction no row holds more than
+    # row_limit - max_new_tokens real tokens while its block is written, nor
+    # more than row_limit before its reply.
+    self.cache_len = self.max_positions + chunk + num_prefix
+    self.generated_ids: list[list[list[int]]] = []
+    self.compactions = 0
+
+  @property
+  def state(self) -> sampler.DecodeState:
+    """The batch's decoding state (cache, last hidden states, positions)."""
+    return self._state
+
+  def _hook(self, batch: int) -> Any:
+    # Padded with -1 to whole 16s: parties of either role share one compiled decode loop.
+    ids = self.forbidden_ids + [-1] * (16 - len(self.forbidden_ids) % 16)
+    forbid = lp.ForbidTokens.of(ids)
+    if self._hook_factory is None:
+      return forbid
+    return lp.compose(self._hook_factory(batch), forbid)
+
+  def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
+    tok = self.tokenizer
+    batch = len(contexts)
+    if batch == 0 or len(seeds) != batch:
+      raise ValueError(f"LMParty.reset: {batch} contexts and {len(seeds)} seeds")
+    prompts = []
+    for b, context in enumerate(contexts):
+      prompt = ([tok.context_id, *tok.encode(self.serialize_context(self.role, context))]
+                if self.include_context else [])
+      prompt.append(tok.dialogue_id)
+      if len(prompt) + 1 + self.max_new_tokens > self.row_limit:
+        raise ValueError(f"LMParty({self.role}), row {b}: the context takes {len(prompt)} "
+                         f"tokens, leaving no room for a {self.max_new_tokens}-token turn in "
+                         f"row_limit={self.row_limit} positions")
+      prompts.append(prompt)
+    prefix_BxPxD = None
+    if self.prefix_fields is not None:
+      fields_BxPxF = np.stack([self.prefix_fields(c, f"{self.role} context of row {b}")
+                               for b, c in enumerate(contexts)])
+      prefix_BxPxD = self.decoder.embed_prefix(jnp.asarray(fields_BxPxF))
+    self._state = start_state(self.decoder, prompts, tok.pad_id, self.chunk, self.cache_len,
+                              prefix_BxPxD)
+    self._key = jax.random.key(np.random.SeedSequence([int(s) for s in seeds]).generate_state(1)[0])
+    self._calls = 0
+    self._seen = [0] * batch  # Turns of each row's history already in the cache.
+    self._last = [None] * batch  # This party's last reply per row.
+    self._open = [False] * batch  # Last turn ended by the length cap, not <|eot|>.
+    self._ended = [False] * batch
+    self._batch_hook = self._hook(batch)
+    self.generated_ids = [[] for _ in range(batch)]
+    self.compactions = 0
+
+  def _new_tokens(self, b: int, history: Sequence[Turn]) -> list[int]:
+    """Row b's block to append: close an unfinished turn, the new turns, our speaker token."""
+    tok, seen = self.tokenizer, self._seen[b]
+    if seen > len(history) or (seen and (history[seen - 1].speaker != self.role
+                                         or history[seen - 1].text != self._last[b])):
+      raise ValueError(f"LMParty({self.role}), row {b}: the history does not continue the "
+                       f"dialogue this party has seen (it must end each row with this party's "
+                       f"replies, unchanged)")
+    ids = [tok.eot_id] if self._open[b] else []
+    new = history[seen:]
+    for k, turn in enumerate(new, seen):
+      if turn.speaker == self.role or turn.speaker not in tok.speaker_token_ids:
+        raise ValueError(f"LMParty({self.role}), row {b}: field 'turns[{k}].speaker': "
+                         f"{turn.speaker!r} is not another role of {list(tok.roles)}")
+    for turn, text_ids in zip(new, tok.encode_batch([t.text for t in new])):
+      ids += [tok.speaker_token_ids[turn.speaker], *text_ids, tok.eot_id]
+    ids.append(tok.speaker_token_ids[self.role])
+    return ids
+
+  def _make_room(self, slots: int) -> None:
+    if int(self._state.cache.index) + slots > self.cache_len:
+      self._state = compact(self._state)
+      self.compactions += 1
+
+  def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    batch = len(self._seen)
+    _check_rows(f"LMParty({self.role})", histories, batch)
+    tok = self.tokenizer
+    lengths_B = np.asarray(self._state.lengths_B)
+    blocks: list[list[int]] = [[] for _ in range(batch)]
+    active_B = np.zeros(batch, bool)
+    for b, history in enumerate(histories):
+      if history is None or self._ended[b]:
+        continue
+      block = self._new_tokens(b, history)
+      if lengths_B[b] + len(block) + self.max_new_tokens > self.row_limit:
+        self._ended[b] = True
+        continue
+      blocks[b], active_B[b] = block, True
+    replies: list[str | None] = [None] * batch
+    if not active_B.any():
+      return replies
+
+    tokens_BxT, mask_BxT = _pad_rows(blocks, chunk_slots(blocks, self.chunk), tok.pad_id)
+    for start in range(0, tokens_BxT.shape[1], self.chunk):
+      self._make_room(self.chunk)
+      self._state = sampler.append(self.decoder, self._state,
+                                   tokens_BxT[:, start:start + self.chunk],
+                                   mask_BxT[:, start:start + self.chunk])
+    self._make_room(self.max_new_tokens)
+    params = sampler.SamplingParams.make(
+        batch, max_new_tokens=np.where(active_B, self.max_new_tokens, 0),
+        stop_tokens=[tok.eot_id], **self.sampling)
+    key = jax.random.fold_in(self._key, self._calls)
+    self._calls += 1
+    self._state, tokens_BxN, _, num_B = sampler.generate(
+        self.decoder, self._state, params, key, max_new_tokens=self.max_new_tokens,
+        pad_id=tok.pad_id, hook=self._batch_hook)
+    tokens_BxN, num_B = jax.device_get((tokens_BxN, num_B))
+    for b in np.flatnonzero(active_B):
+      ids = tokens_BxN[b, :num_B[b]].tolist()
+      self.generated_ids[b].append(ids)
+      closed = bool(ids) and ids[-1] == tok.eot_id
+      self._open[b] = not closed
+      text = tok.decode(ids[:-1] if closed else ids).strip()
+      replies[b] = self._last[b] = text
+      self._seen[b] = len(histories[b]) + 1
+    return replies
+
+
+# --- Specs -------------------------------------------------------------------
+
+
+def load_class(spec: str, role: str) -> Party:
+  """Instantiates `module.path:ClassName` and checks it speaks the protocol."""
+  module_name, _, class_name = spec.partition(":")
+  try:
+    module = importlib.import_module(module_name)
+  except ImportError as e:
+    raise ValueError(f"party spec {spec!r}: cannot import module {module_name!r} ({e})") from None
+  cls = getattr(module, class_name, None)
+  if not callable(cls):
+    raise ValueError(f"party spec {spec!r}: module {module_name!r} has no class {class_name!r}")
+  try:
+    takes_role = "role" in inspect.signature(cls).parameters
+  except (TypeError, ValueError):
+    takes_role = False
+  party = cls(role=role) if takes_role else cls()
+  missing = [m for m in ("reset", "respond") if not callable(getattr(party, m, None))]
+  if missing:
+    raise TypeError(f"party spec {spec!r}: {class_name} lacks {missing} (see the Party protocol "
+                    f"in ilql_dialogue/simulators.py)")
+  return party
+
+
+def make_party(spec: str, role: str, **lm_options: Any) -> Party:
+  """The party a spec string names (module docstring), to play `role`.
+
+  `lm_options` go to `policy_io.lm_party` for a checkpoint (sampling controls,
+  beta, max_new_tokens, ...); scripted parties and user classes take none.
+  """
+  if spec.startswith(SCRIPTED_CUSTOMER_PREFIX):
+    if role != CUSTOMER:
+      raise ValueError(f"party spec {spec!r} is a scripted customer, asked to play {role!r}")
+    return ScriptedCustomer(spec[len(SCRIPTED_CUSTOMER_PREFIX):])
+  if spec.startswith(SCRIPTED_AGENT_PREFIX):
+    if role != AGENT:
+      raise ValueError(f"party spec {spec!r} is a scripted agent, asked to play {role!r}")
+    return ScriptedAgent(spec[len(SCRIPTED_AGENT_PREFIX):])
+  if os.path.isdir(spec):
+    from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
+    return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)
+  if _CLASS_SPEC_RE.match(spec):
+    return load_class(spec, role)
+  raise ValueError(f"party spec {spec!r}: expected {SCRIPTED_CUSTOMER_PREFIX}STYLE, "
+                   f"{SCRIPTED_AGENT_PREFIX}NAME, a checkpoint workdir (no such directory) or "
+                   f"module.path:ClassName")

@@ -1,0 +1,212 @@
+"""`python -m experiments.evaluate`, policy_io on a real training workdir, the online EvalFn."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from data_pipelines import mdp, mdp_dataset, tokenization
+from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
+from data_pipelines.dialogue import write_jsonl
+from experiments import evaluate_lib
+from ilql_dialogue import bc, checkpointing, policy_io, rollout, sharding, train_loop
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_cli_scores_the_oracle_and_writes_summary_and_transcripts(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.evaluate", "--agent=scripted_agent:oracle",
+       "--customer=scripted:late_reveal", "--num_dialogues=12", f"--workdir={tmp_path}",
+       "--batch_size=5", "--seed=1001"],
+      cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
+  summary = json.loads(out.stdout.strip().splitlines()[-1])
+  assert summary["n"] == 12 and summary["success_rate"] == 1.0 and summary["success_stderr"] == 0.0
+  assert summary["status_acc"] == summary["flight_acc"] == summary["name_acc"] == 1.0
+  assert summary["seed"] == 1001 and summary["mean_turns"] > 2
+  tag = "scripted_agent-oracle_vs_scripted-late_reveal_seed1001_n12"
+  with open(tmp_path / f"eval_{tag}.json") as f:
+    assert json.load(f) == summary
+  with open(tmp_path / f"transcripts_{tag}.jsonl") as f:
+    lines = [json.loads(line) for line in f]
+  assert [line["scenario_id"] for line in lines] == [f"1001:{i}" for i in range(12)]
+  first = lines[0]
+  assert first["success"] and first["end_reason"] == "action"
+  assert first["turns"][0]["speaker"] == "customer" and first["turns"][-1]["speaker"] == "agent"
+  assert action_grammar.parse_action(first["action_text"]).to_json() == first["action"]
+  assert first["expected_action"]["status"] == first["action"]["status"]
+
+
+def test_cli_rejects_a_bad_spec(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.evaluate", "--agent=scripted:terse",
+       "--customer=scripted:terse", "--num_dialogues=2", f"--workdir={tmp_path}"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert out.returncode != 0 and "is a scripted customer, asked to play 'agent'" in out.stderr
+
+
+def _corpus(root, n=12, kb_size=2):
+  """The pipeline's layout under `root`: both splits' dialogues and a tokenizer with markers."""
+  dialogues = {}
+  for split, seed in (("train", 0), ("eval", 1)):
+    dialogues[split] = [to_dialogue.sample_to_dialogue(s, f"{split}{i}")
+                        for i, s in enumerate(selfplay.generate_samples(seed, n, kb_size=kb_size))]
+    os.makedirs(os.path.join(root, "airdialogue", split))
+    write_jsonl(os.path.join(root, "airdialogue", split, "dialogues.jsonl"), dialogues[split])
+  texts = [to_dialogue.serialize_context(role, d.context[role]) for d in dialogues["train"]
+           for role in d.roles] + [t.text for d in dialogues["train"] for t in d.turns]
+  tokenizer = tokenization.train_tokenizer(
+      texts, to_dialogue.ROLES, vocab_size=500,
+      markers=(action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG))
+  tokenizer.save(os.path.join(root, "tokenizer"))
+  return dialogues, tokenizer
+
+
+def _checkpoint(config, workdir, step=3, algorithm=None):
+  """Writes config.json and a checkpoint exactly as train_loop does, holding random weights.
+
+  The structure is train_loop's own TrainState; drawing the weights instead
+  of taking optimizer steps only saves compile time.
+  """
+  os.makedirs(workdir)
+  with open(os.path.join(workdir, "config.json"), "w") as f:
+    f.write(config.to_json_best_effort(indent=2))
+  mesh = sharding.make_mesh(**config.mesh)
+  with sharding.mesh_context(mesh):
+    training = train_loop.build_training(config, algorithm or bc.BC(bc.lm_from_config), mesh)
+  rng = np.random.default_rng(0)
+
+  def draw(path, leaf):
+    if not jnp.issubdtype(leaf.dtype, jnp.floating):
+      return jnp.zeros(leaf.shape, leaf.dtype)
+    return jnp.asarray(rng.normal(1.0 if path[-1].key == "scale" else 0.0, 0.3, leaf.shape),
+                       leaf.dtype)
+
+  state = jax.tree.map(lambda x: x, training.abstract_state)
+  nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(
+      draw, nnx.to_pure_dict(training.abstract_state)))
+  checkpointer = checkpointing.Checkpointer(workdir, keep=1, async_save=False)
+  checkpointer.save(step, state, {"step": step, "data_position": step})
+  checkpointer.close()
+  return nnx.merge(training.graphdef, state).model
+
+
+def _tiny(config):
+  config.model.update(family="llama", vocab_size=0, num_layers=1, d_model=32, num_heads=2,
+                      num_kv_heads=2, head_dim=16, mlp_dim=64, max_seq_len=256, qkv_bias=False,
+                      attn_out_bias=False, mlp_bias=False, dtype="float32")
+  return config
+
+
+def test_task_checkpoint_agent_plays_through_policy_io_and_evaluate(tmp_path):
+  """A CALM-style run (the agent reads its table as a structured prefix) played end to end."""
+  from experiments.configs import bc_airdialogue
+  from ilql_dialogue import tasks
+
+  root = str(tmp_path / "pipeline")
+  _, tokenizer = _corpus(root)
+  config = _tiny(bc_airdialogue.get_config())
+  config.task.update(root=root, max_length=256)
+  tasks.configure_model(config, tasks.make_task(config))
+  assert config.model.prefix_num_rows > 0
+  workdir = str(tmp_path / "run")
+  saved = _checkpoint(config, workdir)
+
+  policy = policy_io.load_policy(workdir)
+  assert (policy.role, policy.include_context, policy.step) == ("agent", False, 3)
+  assert policy.prefix_fields is not None
+  assert policy.tokenizer.marker_ids == tokenizer.marker_ids
+  jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(nnx.state(policy.model)),
+               nnx.to_pure_dict(nnx.state(saved)))
+  with pytest.raises(ValueError, match="trained to play 'agent', asked to play 'customer'"):
+    policy_io.lm_party(policy, "customer")
+
+  summary = evaluate_lib.evaluate(
+      workdir, "scripted:terse", num_dialogues=4, workdir=str(tmp_path / "eval"), batch_size=4,
+      max_turns=6, kb_size=2, lm_options={"max_new_tokens": 8, "temperature": 1.0})
+  assert summary["n"] == 4 and summary["mean_turns"] > 1
+  assert sum(summary["end_reasons"].values()) == 4
+  with open(summary["transcripts"]) as f:
+    lines = [json.loads(line) for line in f]
+  assert len(lines) == 4
+  assert all(t["speaker"] == ("customer", "agent")[i % 2]
+             for line in lines for i, t in enumerate(line["turns"]))
+
+  eval_fn = evaluate_lib.online_eval_fn(
+      tokenizer, "agent", "scripted:terse", num_dialogues=4, kb_size=2, batch_size=4,
+      max_turns=6, include_context=False, prefix_fields=policy.prefix_fields, max_new_tokens=8)
+  metrics = eval_fn(policy.model, 3)
+  assert set(metrics) == {"return", "success_stderr", "mean_turns"}
+  assert 0.0 <= metrics["return"] <= 1.0
+
+
+@pytest.mark.parametrize("serialize", [to_dialogue.serialize_context, mdp.json_context])
+def test_dataset_layout_is_read_off_the_training_examples(tmp_path, serialize):
+  dialogues, tokenizer = _corpus(str(tmp_path), n=3)
+  dataset_dir = str(tmp_path / "mdp")
+  mdp_dataset.build_dataset(dialogues["train"], tokenizer, "customer", 1024,
+                            serialize_context=serialize,
+                            cache_dir=str(tmp_path / "cache")).save_to_disk(dataset_dir)
+  assert policy_io.training_layout(dataset_dir, tokenizer) == ("customer", True, serialize)
+  mdp_dataset.build_dataset(dialogues["train"], tokenizer, "agent", 1024, include_context=False,
+                            cache_dir=str(tmp_path / "cache2")).save_to_disk(dataset_dir + "2")
+  assert policy_io.training_layout(dataset_dir + "2", tokenizer)[:2] == ("agent", False)
+
+
+def test_ilql_checkpoint_decodes_with_value_guidance(tmp_path):
+  """A plain-dataset ILQL run: layout read off the dataset, beta turns on Q - V guidance."""
+  from experiments.configs import bc_tiny, ilql_tiny
+  from ilql_dialogue import ilql
+  from ilql_dialogue.generation import logits_processors as lp
+
+  dialogues, tokenizer = _corpus(str(tmp_path), n=3)
+  dataset_dir = str(tmp_path / "mdp")
+  mdp_dataset.build_dataset(dialogues["train"], tokenizer, "agent", 512,
+                            serialize_context=to_dialogue.serialize_context,
+                            cache_dir=str(tmp_path / "cache")).save_to_disk(dataset_dir)
+  tokenizer.save(os.path.join(dataset_dir, "tokenizer"))
+  config = _tiny(bc_tiny.get_config())
+  config.algorithm = ilql_tiny.ilql_section()
+  config.model.vocab_size = 512
+  config.data.dataset_dir = dataset_dir
+  saved = _checkpoint(config, str(tmp_path / "run"), algorithm=ilql.ILQL.from_config(config))
+
+  policy = policy_io.load_policy(str(tmp_path / "run"))
+  assert (policy.role, policy.include_context) == ("agent", True)
+  assert policy.decoder is policy.model.trunk
+  jax.tree.map(np.testing.assert_array_equal, nnx.to_pure_dict(nnx.state(policy.model)),
+               nnx.to_pure_dict(nnx.state(saved)))
+  assert policy.hook(4) is None
+  assert isinstance(policy.hook(4, beta=2.0), lp.ValueGuidance)
+  party = policy_io.lm_party(policy, "agent", beta=2.0)
+  assert isinstance(party._hook(4), lp.Compose)
+
+
+def test_policy_io_names_what_is_missing(tmp_path):
+  with pytest.raises(ValueError, match="no config.json"):
+    policy_io.load_policy(str(tmp_path))
+  (tmp_path / "config.json").write_text('{"algorithm": {"name": "bc"}, "model": {}}\n{')
+  with pytest.raises(ValueError, match=r"config.json:2: field '<record>': malformed JSON"):
+    policy_io.load_policy(str(tmp_path))
+  (tmp_path / "config.json").write_text(json.dumps({"algorithm": {"name": "sft"}, "model": {}}))
+  with pytest.raises(ValueError, match="field 'algorithm.name': 'sft'"):
+    policy_io.load_policy(str(tmp_path))
+
+
+def test_default_seed_is_held_out_from_the_training_corpora():
+  from experiments.configs import quickstart
+
+  config = quickstart.get_config()
+  corpus_seeds = {config.airdialogue.train_seed, config.airdialogue.eval_seed}
+  assert rollout.DEFAULT_SEED not in corpus_seeds
+  # Scenario i of a seed comes from default_rng([seed, i]); the corpora from SeedSequence(seed).
+  key = lambda intent: json.dumps(intent.to_json(), sort_keys=True)
+  corpus = {key(s.intent) for seed in corpus_seeds
+            for s in selfplay.generate_samples(seed, 50, agent_mix="oracle")}
+  assert not corpus & {key(s.intent) for s in rollout.make_scenarios(rollout.DEFAULT_SEED, 50)}
