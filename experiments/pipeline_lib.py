@@ -17,7 +17,7 @@ import ml_collections
 from absl import logging
 
 from data_pipelines import mdp_dataset, tokenization
-from data_pipelines.airdialogue import selfplay, to_dialogue
+from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import read_jsonl, write_jsonl
 
 SPLITS = ("train", "eval")
@@ -56,15 +56,11 @@ def generate_airdialogue(config: ml_collections.ConfigDict, workdir: str) -> dic
 def train_tokenizer(config: ml_collections.ConfigDict, dialogues_path: str, out_dir: str) -> None:
   """A byte-level BPE on the training split only: eval text never shapes the vocabulary."""
 
-  def texts():
-    for dialogue in read_jsonl(dialogues_path):
-      for role in dialogue.roles:
-        yield to_dialogue.serialize_context(role, dialogue.context.get(role, {}))
-      for turn in dialogue.turns:
-        yield turn.text
-
   def make():
-    tokenizer = tokenization.train_tokenizer(texts(), to_dialogue.ROLES, config.tokenizer.vocab_size)
+    # The action markers are single ids so that decoding can forbid them to the customer.
+    tokenizer = tokenization.train_tokenizer(
+        mdp_dataset.tokenizer_texts(dialogues_path, to_dialogue.serialize_context), to_dialogue.ROLES, config.tokenizer.vocab_size,
+        markers=(action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG))
     tokenizer.save(out_dir)
 
   os.makedirs(out_dir, exist_ok=True)

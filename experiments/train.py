@@ -14,6 +14,7 @@ flags, or auto-detection on TPU / SLURM / Kubernetes).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from typing import Callable, Iterator
 
@@ -24,7 +25,7 @@ import tokenizers
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from ilql_dialogue import bc, train_loop
+from ilql_dialogue import baselines, bc, ilql, train_loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
                                           lock_config=True)
@@ -42,6 +43,9 @@ SYNTHETIC_VOCAB = 128  # model.vocab_size for synthetic data when the config lea
 # Algorithm name (config.algorithm.name) -> constructor from the config.
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], object]] = {
     "bc": lambda config: bc.BC(bc.lm_factory(config)),
+    "ilql": ilql.ILQL.from_config,
+    "filtered_bc": baselines.FilteredBC.from_config,
+    "mc_value": baselines.MCValue.from_config,
 }
 
 
@@ -129,6 +133,9 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     from ilql_dialogue import tasks
     task = tasks.make_task(config)
     tasks.configure_model(config, task)
+    if hasattr(algorithm, "filter_dataset"):  # Filtered BC trains on its top dialogues only.
+      task = dataclasses.replace(task, datasets={
+          **task.datasets, "train": algorithm.filter_dataset(task.datasets["train"])})
     train_data = tasks.train_data(task, config)
     eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
   elif config.data.synthetic:
@@ -138,7 +145,10 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   elif config.data.dataset_dir:
     from data_pipelines.mdp_dataset import load_mdp_dataset
     _resolve_vocab(config)
-    train_data = mdp_batches(load_mdp_dataset(config.data.dataset_dir), config)
+    train_set = load_mdp_dataset(config.data.dataset_dir)
+    if hasattr(algorithm, "filter_dataset"):
+      train_set = algorithm.filter_dataset(train_set)
+    train_data = mdp_batches(train_set, config)
     if config.data.eval_dataset_dir:
       eval_fn = loss_eval(algorithm, load_mdp_dataset(config.data.eval_dataset_dir), config)
   else:

@@ -34,7 +34,7 @@ from flax import nnx
 from data_pipelines import mdp
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
-from ilql_dialogue import bc, ilql, value_guidance
+from ilql_dialogue import baselines, bc, ilql, value_guidance
 from ilql_dialogue.checkpointing import CHECKPOINT_DIR
 from ilql_dialogue.simulators import LMParty
 from ilql_dialogue.value_heads import ILQLModel
@@ -44,6 +44,8 @@ from ilql_dialogue.value_heads import ILQLModel
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
     "bc": lambda config: bc.BC(bc.lm_from_config),
     "ilql": ilql.ILQL.from_config,
+    "filtered_bc": lambda config: bc.BC(bc.lm_from_config),
+    "mc_value": baselines.MCValue.from_config,
 }
 # Context serializations a dataset may have been built with, tried in order.
 SERIALIZATIONS: dict[str, mdp.SerializeContext] = {
