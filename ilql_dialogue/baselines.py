@@ -128,12 +128,7 @@ class MCConfig:
 
   @classmethod
   def from_config(cls, algorithm: ml_collections.ConfigDict) -> "MCConfig":
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in algorithm.to_dict().items() if k != "name"}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-      raise ValueError(f"config.algorithm: unknown fields {unknown}; known: {sorted(fields)}")
-    return cls(**values)
+    return ilql.dataclass_from_algorithm_config(cls, algorithm)
 
 
 def mc_loss_terms(q_BxK: jax.Array, v_BxK: jax.Array, logits_BxKxV: jax.Array,

@@ -97,13 +97,20 @@ class ILQLConfig:
 
   @classmethod
   def from_config(cls, algorithm: ml_collections.ConfigDict) -> "ILQLConfig":
-    """Reads config.algorithm (its `name` is the registry key, not a hyperparameter)."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in algorithm.to_dict().items() if k != "name"}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-      raise ValueError(f"config.algorithm: unknown fields {unknown}; known: {sorted(fields)}")
-    return cls(**values)
+    return dataclass_from_algorithm_config(cls, algorithm)
+
+
+def dataclass_from_algorithm_config(cls, algorithm: ml_collections.ConfigDict):
+  """Reads config.algorithm into a hyperparameter dataclass, rejecting unknown fields.
+
+  Its `name` is the registry key, not a hyperparameter.
+  """
+  fields = {f.name for f in dataclasses.fields(cls)}
+  values = {k: v for k, v in algorithm.to_dict().items() if k != "name"}
+  unknown = sorted(set(values) - fields)
+  if unknown:
+    raise ValueError(f"config.algorithm: unknown fields {unknown}; known: {sorted(fields)}")
+  return cls(**values)
 
 
 def action_budget(length: int, fraction: float) -> int:
