@@ -159,16 +159,25 @@ def batches(
     *,
     boundaries: Sequence[int] | None = None,
     drop_remainder: bool = False,
+    host: tuple[int, int] = (0, 1),
 ) -> Iterator[dict[str, np.ndarray]]:
   """The batches of one epoch from `start_step` on; dicts of numpy arrays.
 
   `boundaries` default to powers of two up to the longest example.
+  `host=(index, count)`: every host plans the same global batches (the plan
+  reads only lengths, so bucket lengths agree) and reads from Arrow only its
+  own contiguous `batch_size // count` rows of each.
   """
+  index, count = host
+  if not 0 <= index < count or batch_size % count:
+    raise ValueError(f"host={host}: batch_size={batch_size} must split evenly over {count} "
+                     f"hosts and 0 <= index < count")
+  rows = batch_size // count
   lengths = _lengths(dataset)
   boundaries = boundaries or bucket_boundaries(int(lengths.max()))
   plan = plan_epoch(lengths, batch_size, seed, epoch, boundaries, drop_remainder)
   for rows_B, length in zip(plan.rows_SxB[start_step:], plan.lengths_S[start_step:]):
-    yield load_batch(dataset, rows_B, int(length))
+    yield load_batch(dataset, rows_B[index * rows:(index + 1) * rows], int(length))
 
 
 def stream(
@@ -179,8 +188,9 @@ def stream(
     *,
     boundaries: Sequence[int] | None = None,
     drop_remainder: bool = False,
+    host: tuple[int, int] = (0, 1),
 ) -> Iterator[dict[str, np.ndarray]]:
-  """Endless batches across epochs, resumable at a global step.
+  """Endless batches across epochs, resumable at a global step (`host` as in `batches`).
 
   Bucket membership depends only on lengths, so every epoch has the same
   number of steps and global step s is step s % steps of epoch s // steps.
@@ -190,6 +200,6 @@ def stream(
   steps = plan_epoch(lengths, batch_size, seed, 0, boundaries, drop_remainder).num_steps
   epoch, step = divmod(start_step, steps)
   while True:
-    yield from batches(
-        dataset, batch_size, seed, epoch, step, boundaries=boundaries, drop_remainder=drop_remainder)
+    yield from batches(dataset, batch_size, seed, epoch, step, boundaries=boundaries,
+                       drop_remainder=drop_remainder, host=host)
     epoch, step = epoch + 1, 0

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from flax import nnx
 
@@ -45,16 +45,19 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   """Plays and scores the dialogues; returns the summary also written to eval_<tag>.json.
 
   `agent` / `customer` are party specs (ilql_dialogue/simulators.py);
-  `lm_options` (temperature, top_k, top_p, max_new_tokens, beta) apply to
-  every checkpoint party. The progress bar shows when there is more than
-  one batch, unless `progress` says otherwise.
+  `lm_options` (temperature, top_k, top_p, max_new_tokens) apply to every
+  checkpoint party, `beta` (value guidance) to the agent only. The progress
+  bar shows when there is more than one batch, unless `progress` says
+  otherwise.
   """
   if num_dialogues < 1:
     raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
   lm_options = dict(lm_options or {})
   scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
   agent_party = simulators.make_party(agent, simulators.AGENT, **lm_options)
-  customer_party = simulators.make_party(customer, simulators.CUSTOMER, **lm_options)
+  # Value guidance is the agent's decoding; a learned customer samples as it was trained.
+  customer_party = simulators.make_party(
+      customer, simulators.CUSTOMER, **{k: v for k, v in lm_options.items() if k != "beta"})
   tag = tag or default_tag(agent, customer, seed, num_dialogues)
   os.makedirs(workdir, exist_ok=True)
   transcripts_path = os.path.join(workdir, f"transcripts_{tag}.jsonl")
@@ -86,31 +89,48 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                    batch_size: int = 16, max_turns: int = rollout.DEFAULT_MAX_TURNS,
                    include_context: bool = True,
                    serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
-                   prefix_fields: Any = None, beta: float = 0.0, **lm_options: Any):
+                   prefix_fields: Any = None, betas: Sequence[float] = (0.0,),
+                   **lm_options: Any):
   """An EvalFn (train_loop) that plays the model being trained, as `role`, against `opponent`.
 
-  Returns {"return": success rate, "success_stderr", "mean_turns"} on fixed
-  held-out scenarios; "return" is the metric ILQL selects checkpoints by.
-  The layout arguments are a Task's (tokenizer, include_context,
-  serialize_context, prefix.fields); `beta` != 0 decodes an ILQLModel with
-  value guidance.
+  Plays the same held-out scenarios once per beta (value guidance of an
+  ILQLModel; 0 = its BC policy) and returns "return" (the best success rate
+  over `betas`), "best_beta", its "success_stderr", "mean_turns" and
+  status / flight / name accuracies, and
+  "return/beta=B" for every beta. "return" is what checkpoints are selected
+  by, so the kept checkpoint comes with the beta it is best at. The layout
+  arguments are a Task's (tokenizer, include_context, serialize_context,
+  prefix.fields). Pass `seed` different from the reported evaluation's
+  (rollout.DEFAULT_SEED), so selection never sees the test scenarios.
   """
+  if not betas:
+    raise ValueError("online_eval_fn: betas must not be empty")
   scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
+  other_role = simulators.CUSTOMER if role == simulators.AGENT else simulators.AGENT
+  other = simulators.make_party(opponent, other_role)
 
-  def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
-    del step  # The scenarios and seeds stay fixed, so steps are comparable.
+  def play(model: nnx.Module, beta: float) -> dict[str, Any]:
+    if beta != 0.0 and not isinstance(model, ILQLModel):
+      raise ValueError(f"online_eval_fn: beta={beta} needs an ILQLModel, got "
+                       f"{type(model).__name__}")
     decoder = value_guidance.decoding_model(model) if isinstance(model, ILQLModel) else model
     hook = (None if beta == 0.0 else
             lambda batch: value_guidance.value_guidance(model, beta, batch))
     party = simulators.LMParty(decoder, tokenizer, role, include_context=include_context,
                                serialize_context=serialize_context, prefix_fields=prefix_fields,
                                hook=hook, **lm_options)
-    other_role = simulators.CUSTOMER if role == simulators.AGENT else simulators.AGENT
-    other = simulators.make_party(opponent, other_role)
     agent, customer = (party, other) if role == simulators.AGENT else (other, party)
-    summary = rollout.summarize(list(rollout.run_dialogues(
+    return rollout.summarize(list(rollout.run_dialogues(
         agent, customer, scenarios, batch_size=batch_size, max_turns=max_turns, seed=seed)))
-    return {"return": summary["success_rate"], "success_stderr": summary["success_stderr"],
-            "mean_turns": summary["mean_turns"]}
+
+  def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
+    del step  # The scenarios and seeds stay fixed, so steps are comparable.
+    summaries = {float(beta): play(model, float(beta)) for beta in betas}
+    best_beta = max(summaries, key=lambda b: summaries[b]["success_rate"])
+    best = summaries[best_beta]
+    return {"return": best["success_rate"], "best_beta": best_beta,
+            "success_stderr": best["success_stderr"], "mean_turns": best["mean_turns"],
+            **{k: best[k] for k in ("status_acc", "flight_acc", "name_acc")},
+            **{f"return/beta={b:g}": s["success_rate"] for b, s in summaries.items()}}
 
   return eval_fn

@@ -1,15 +1,19 @@
-"""The end-to-end pipeline: raw dialogues -> tokenizer -> MDP datasets -> statistics.
+"""The end-to-end pipeline: raw dialogues -> tokenizer -> MDP datasets -> trained
+agents and simulator -> online evaluation -> report.
 
 Each stage writes into its own folder of the workdir and is skipped when its
-output already exists, so an interrupted `make run` continues where it stopped.
+output already exists (training resumes from its last checkpoint), so an
+interrupted `make run` continues where it stopped. The runs are the quick
+configs (experiments/configs/*_quick.py) with the task data in this workdir;
+`report.json` collects the corpus statistics, each run's selected checkpoint
+and every evaluation's success rate +- standard error.
 """
 
 from __future__ import annotations
 
-import itertools
+import importlib
 import json
 import os
-import shutil
 from typing import Any, Callable
 
 import datasets
@@ -18,7 +22,9 @@ from absl import logging
 
 from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
-from data_pipelines.dialogue import read_jsonl, write_jsonl
+from data_pipelines.dialogue import write_jsonl
+from experiments import evaluate_lib, train_lib
+from ilql_dialogue import policy_io, tasks
 
 SPLITS = ("train", "eval")
 
@@ -67,29 +73,79 @@ def train_tokenizer(config: ml_collections.ConfigDict, dialogues_path: str, out_
   _stage("tokenizer", os.path.join(out_dir, ".done"), make)
 
 
-def build_mdp_datasets(config: ml_collections.ConfigDict, dialogue_paths: dict[str, str],
-                       tokenizer_dir: str, workdir: str) -> dict[str, dict[str, Any]]:
-  """One MDP dataset per (role, split); returns their statistics."""
-  tokenizer = tokenization.load_tokenizer(tokenizer_dir)
+def run_config(config: ml_collections.ConfigDict, name: str,
+               workdir: str) -> ml_collections.ConfigDict:
+  """The config of training run `name` (config.runs): its quick config file, with
+  the task data in this workdir and the pipeline's step and evaluation budget."""
+  spec = config.runs[name]
+  module, _, argument = spec.config.partition(":")
+  get_config = importlib.import_module(f"experiments.configs.{module}").get_config
+  run = get_config(argument) if argument else get_config()
+  run.task.root = workdir
+  run.train.update(steps=config.training.steps, eval_every=config.training.eval_every,
+                   checkpoint_every=config.training.eval_every)
+  if run.get("online_eval") is not None and run.online_eval.num_dialogues > 0:
+    run.online_eval.num_dialogues = config.training.online_dialogues
+  return run
+
+
+def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """The MDP datasets every run trains on (built once per task layout); their statistics."""
   stats = {}
-  for role, split in itertools.product(config.mdp.roles, SPLITS):
-    out_dir = os.path.join(workdir, "datasets", f"airdialogue_{role}", split)
-
-    def make(role=role, split=split, out_dir=out_dir):
-      cache_dir = out_dir + ".cache"
-      ds = mdp_dataset.build_dataset(
-          read_jsonl(dialogue_paths[split]), tokenizer, role, config.mdp.max_length,
-          serialize_context=to_dialogue.serialize_context, cache_dir=cache_dir)
-      ds.save_to_disk(out_dir)
-      shutil.rmtree(cache_dir, ignore_errors=True)
-
-    _stage(f"dataset {role}/{split}", out_dir + ".done", make)
-    stats[f"{role}/{split}"] = mdp_dataset.dataset_stats(mdp_dataset.load_mdp_dataset(out_dir))
+  for name in config.runs:
+    task = tasks.make_task(run_config(config, name, workdir))
+    for split, dataset in task.datasets.items():
+      stats[f"{task.role}_{task.context}/{split}"] = mdp_dataset.dataset_stats(dataset)
   return stats
+
+
+def train_runs(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains every run (BC agent, BC customer, ILQL agent); returns their selections."""
+  selections = {}
+  for name in config.runs:
+    run_dir = os.path.join(workdir, name)
+    _stage(f"train {name}", os.path.join(workdir, f".{name}.done"),
+           lambda name=name, run_dir=run_dir: train_lib.run(
+               run_config(config, name, workdir), run_dir))
+    selections[name] = policy_io.selected(run_dir)
+  return selections
+
+
+def _party(spec: str, config: ml_collections.ConfigDict, workdir: str) -> str:
+  """A run's name (config.runs) -> its workdir; other party specs pass through."""
+  return os.path.join(workdir, spec) if spec in config.runs else spec
+
+
+def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
+                   selections: dict[str, Any]) -> list[dict[str, Any]]:
+  """Plays each (agent, customer) pair on held-out scenarios; an ILQL agent
+  decodes at the beta its checkpoint was selected with."""
+  out_dir = os.path.join(workdir, "eval")
+  results = []
+  for agent, customer in config.evaluation.pairs:
+    selection = selections.get(agent) or {}
+    beta = float(selection.get("eval", {}).get("best_beta", 0.0))
+    tag = f"{agent}_vs_{customer.replace(':', '-')}"
+    summary_path = os.path.join(out_dir, f"eval_{tag}.json")
+    if not os.path.exists(summary_path):
+      logging.info("stage evaluate %s vs %s (beta %g)", agent, customer, beta)
+      evaluate_lib.evaluate(
+          _party(agent, config, workdir), _party(customer, config, workdir),
+          num_dialogues=config.evaluation.num_dialogues, workdir=out_dir,
+          batch_size=config.evaluation.batch_size, max_turns=config.evaluation.max_turns,
+          tag=tag, progress=True,
+          lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens})
+    with open(summary_path) as f:
+      summary = json.load(f)
+    results.append({"agent": agent, "customer": customer, "beta": beta,
+                    **{k: summary[k] for k in ("n", "success_rate", "success_stderr",
+                                               "mean_turns", "end_reasons")}})
+  return results
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   datasets.disable_progress_bars()
+  workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   dialogue_paths = generate_airdialogue(config, workdir)
   tokenizer_dir = os.path.join(workdir, "tokenizer")
@@ -99,8 +155,19 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     with open(os.path.join(workdir, "airdialogue", split, "stats.json")) as f:
       corpus = json.load(f)
     report[f"airdialogue/{split}"] = {k: corpus[k] for k in ("n", "success_rate", "expected_status")}
-  report["datasets"] = build_mdp_datasets(config, dialogue_paths, tokenizer_dir, workdir)
+  report["datasets"] = build_task_datasets(config, workdir)
+  report["selected_checkpoints"] = train_runs(config, workdir)
+  report["evaluation"] = evaluate_pairs(config, workdir, report["selected_checkpoints"])
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   print(json.dumps(report, indent=2))
+  print(format_table(report["evaluation"]))
   return report
+
+
+def format_table(evaluation: list[dict[str, Any]]) -> str:
+  lines = ["| agent | customer | beta | n | success | turns |", "|---|---|---|---|---|---|"]
+  for r in evaluation:
+    lines.append(f"| {r['agent']} | {r['customer']} | {r['beta']:g} | {r['n']} | "
+                 f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | {r['mean_turns']:.1f} |")
+  return "\n".join(lines)

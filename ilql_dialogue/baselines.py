@@ -109,8 +109,6 @@ class MCConfig:
   awr_max_weight: float = 20.0
   action_fraction: float = 1.0
   head_hidden_dim: int = 0
-  selection_metric: str = "return"
-  selection_mode: str = "max"
 
   def __post_init__(self):
     problems = []
@@ -164,10 +162,6 @@ class MCValue:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "MCValue":
     return cls(MCConfig.from_config(config.algorithm), bc.lm_factory(config))
-
-  @property
-  def selection(self) -> tuple[str, str]:
-    return self.cfg.selection_metric, self.cfg.selection_mode
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
     return ILQLModel(bc.model_config(config), lambda r: self.make_lm(config, r), rngs=rngs,

@@ -18,16 +18,19 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 CHECKPOINT_DIR = "checkpoints"
+BEST_DIR = "best"  # The checkpoint with the best selection metric (BestCheckpoint).
+SELECTION_MODES = ("max", "min")
 
 
 class Checkpointer:
   """Saves to and restores from `workdir/checkpoints`, keeping the last `keep`."""
 
-  def __init__(self, workdir: str, keep: int, async_save: bool = True):
+  def __init__(self, workdir: str, keep: int, async_save: bool = True,
+               directory: str = CHECKPOINT_DIR):
     options = ocp.CheckpointManagerOptions(
         max_to_keep=keep, create=True, enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(
-        os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)), options=options,
+        os.path.abspath(os.path.join(workdir, directory)), options=options,
         item_names=("state", "meta"))
 
   def latest_step(self) -> int | None:
@@ -53,6 +56,10 @@ class Checkpointer:
     nnx.replace_by_pure_dict(state, restored.state)
     return state, restored.meta
 
+  def read_meta(self, step: int) -> dict[str, Any]:
+    return self._manager.restore(step, args=ocp.args.Composite(
+        meta=ocp.args.JsonRestore())).meta
+
   def reached_preemption(self, step: int) -> bool:
     """Multi-host: True on every host once any host has been told to stop."""
     return self._manager.reached_preemption(step)
@@ -62,6 +69,44 @@ class Checkpointer:
 
   def close(self) -> None:
     self._manager.close()
+
+
+class BestCheckpoint:
+  """Keeps, in `workdir/best`, the state whose evaluation scored best on `metric`.
+
+  Checkpoints are chosen by what the task measures (online success or
+  return), never by a training loss: ILQL's TD loss and a policy's success
+  can move in opposite directions. The best value travels in the saved meta,
+  so a resumed run keeps comparing against it.
+  """
+
+  def __init__(self, workdir: str, metric: str, mode: str = "max"):
+    if mode not in SELECTION_MODES:
+      raise ValueError(f"config.selection.mode={mode!r} not in {SELECTION_MODES}")
+    self.metric, self.mode = metric, mode
+    self._checkpointer = Checkpointer(workdir, keep=1, async_save=False, directory=BEST_DIR)
+    step = self._checkpointer.latest_step()
+    self.best = None
+    if step is not None:
+      self.best = self._checkpointer.read_meta(step)["value"]
+
+  def offer(self, step: int, state: nnx.State, metrics: dict[str, float]) -> bool:
+    """Saves `state` if `metrics[metric]` is at least as good as the best so far."""
+    if self.metric not in metrics:
+      raise ValueError(f"config.selection.metric={self.metric!r} is not among the evaluation "
+                       f"metrics {sorted(metrics)}")
+    value = float(metrics[self.metric])
+    # Ties go to the later state: with equal scores, the one trained longer.
+    better = self.best is None or (value >= self.best if self.mode == "max" else value <= self.best)
+    if better:
+      self.best = value
+      self._checkpointer.save(step, state, {"step": step, "metric": self.metric, "value": value,
+                                            "eval": {k: float(v) for k, v in metrics.items()}})
+    return better
+
+  def close(self) -> None:
+    self._checkpointer.wait()
+    self._checkpointer.close()
 
 
 class PreemptionGuard:

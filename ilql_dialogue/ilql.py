@@ -69,9 +69,6 @@ class ILQLConfig:
   head_hidden_dim: int = 0  # 0 = linear heads.
   separate_policy: bool = False
   target_trunk: bool = False
-  # Checkpoint selection: an online evaluation metric, never the TD loss.
-  selection_metric: str = "return"
-  selection_mode: str = "max"
 
   def __post_init__(self):
     problems = []
@@ -90,8 +87,6 @@ class ILQLConfig:
         problems.append(f"{name}={getattr(self, name)} must be >= 0")
     if self.awac_max_weight <= 0:
       problems.append(f"awac_max_weight={self.awac_max_weight} must be > 0")
-    if self.selection_mode not in ("max", "min"):
-      problems.append(f"selection_mode={self.selection_mode!r} not in ('max', 'min')")
     if problems:
       raise ValueError("config.algorithm: " + "; ".join(problems))
 
@@ -281,11 +276,6 @@ class ILQL:
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "ILQL":
     return cls(ILQLConfig.from_config(config.algorithm), bc.lm_factory(config))
-
-  @property
-  def selection(self) -> tuple[str, str]:
-    """(eval metric, "max" | "min") by which the loop should keep its best checkpoint."""
-    return self.cfg.selection_metric, self.cfg.selection_mode
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
     c = self.cfg

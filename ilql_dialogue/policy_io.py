@@ -34,19 +34,11 @@ from flax import nnx
 from data_pipelines import mdp
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
-from ilql_dialogue import baselines, bc, ilql, value_guidance
-from ilql_dialogue.checkpointing import CHECKPOINT_DIR
+from ilql_dialogue import registry, value_guidance
+from ilql_dialogue.checkpointing import BEST_DIR, CHECKPOINT_DIR
 from ilql_dialogue.simulators import LMParty
 from ilql_dialogue.value_heads import ILQLModel
 
-# config.algorithm.name -> Algorithm with the module structure experiments/train.py trains
-# (weights come from the checkpoint, so no Hugging Face checkpoint is read).
-ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
-    "bc": lambda config: bc.BC(bc.lm_from_config),
-    "ilql": ilql.ILQL.from_config,
-    "filtered_bc": lambda config: bc.BC(bc.lm_from_config),
-    "mc_value": baselines.MCValue.from_config,
-}
 # Context serializations a dataset may have been built with, tried in order.
 SERIALIZATIONS: dict[str, mdp.SerializeContext] = {
     "airdialogue": to_dialogue.serialize_context,
@@ -108,25 +100,37 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(_tuples(obj))
 
 
+def selected(workdir: str) -> dict[str, Any] | None:
+  """The meta of the run's kept best checkpoint (`best/`): step, metric, value and
+  the evaluation that chose it (e.g. `best_beta`); None if the run keeps none."""
+  directory = os.path.join(os.path.abspath(workdir), BEST_DIR)
+  if not os.path.isdir(directory):
+    return None
+  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+  with ocp.CheckpointManager(directory, options=options, item_names=("meta",)) as manager:
+    step = manager.latest_step()
+    if step is None:
+      return None
+    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
+
+
 def restore_model(workdir: str, config: ml_collections.ConfigDict,
                   step: int | None = None) -> tuple[nnx.Module, int]:
-  """The `model` subtree of checkpoint `step` (default: the latest) on one device."""
-  name = config.algorithm.name
-  if name not in ALGORITHMS:
-    raise ValueError(f"{workdir}/config.json: field 'algorithm.name': {name!r}; known: "
-                     f"{sorted(ALGORITHMS)}")
+  """The `model` subtree of a checkpoint on one device: `step` of checkpoints/,
+  or by default the selected best (best/, when the run selects) else the latest."""
   fields = config.to_dict()
-  fields["model"].pop("hf_checkpoint", None)  # Not an architecture field; weights are restored.
+  fields["model"].pop("hf_checkpoint", None)  # The weights come from the checkpoint.
   config = ml_collections.ConfigDict(fields)
-  algorithm = ALGORITHMS[name](config)
+  algorithm = registry.make_algorithm(config, f"{workdir}/config.json")
   abstract = nnx.eval_shape(lambda: algorithm.init(config, nnx.Rngs(0)))
   graphdef, abstract_state = nnx.split(abstract)
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
                         nnx.to_pure_dict(abstract_state))
+  best = selected(workdir) if step is None else None
+  directory = os.path.abspath(os.path.join(workdir, BEST_DIR if best else CHECKPOINT_DIR))
   options = ocp.CheckpointManagerOptions(create=False, read_only=True)
-  with ocp.CheckpointManager(os.path.abspath(os.path.join(workdir, CHECKPOINT_DIR)),
-                             options=options, item_names=("state",)) as manager:
+  with ocp.CheckpointManager(directory, options=options, item_names=("state",)) as manager:
     steps = list(manager.all_steps())
     if not steps:
       raise ValueError(f"{workdir}: no checkpoint under {CHECKPOINT_DIR}/")

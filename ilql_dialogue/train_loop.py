@@ -9,10 +9,12 @@ the parameters of an uninterrupted run.
 
 Config fields read here (see experiments/configs/__init__.py for defaults):
   seed; mesh.{data, fsdp, tensor};
-  train.{steps, batch_size, grad_accum_steps, log_every, eval_every,
+  train.{steps, batch_size, grad_accum_steps, log_every, eval_every, eval_at_start,
          checkpoint_every, keep_checkpoints, async_checkpoints, progress_bar};
   optim.{learning_rate, warmup_steps, final_lr_fraction, b1, b2, eps,
-         weight_decay, grad_clip_norm}.
+         weight_decay, grad_clip_norm};
+  selection.{metric, mode}: with a metric, every evaluation offers the state
+    to checkpointing.BestCheckpoint (workdir/best), which keeps the best one.
 """
 
 from __future__ import annotations
@@ -167,6 +169,18 @@ def loss_evaluator(algorithm: algorithm_lib.Algorithm,
   return eval_fn
 
 
+def merged_evaluators(*eval_fns: EvalFn) -> EvalFn:
+  """One EvalFn reporting the metrics of all of them (later ones win on a shared name)."""
+
+  def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
+    merged = {}
+    for fn in eval_fns:
+      merged.update(fn(model, step))
+    return merged
+
+  return eval_fn
+
+
 def _check_finite(records: list[tuple[int, dict[str, float]]], last_good: int | None) -> None:
   for step, values in records:
     bad = [k for k in WATCHED_METRICS if k in values and not math.isfinite(values[k])]
@@ -189,6 +203,11 @@ def _validate(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
         f"data*fsdp={shards} devices")
   if train.steps < 1 or train.log_every < 1 or train.checkpoint_every < 1:
     raise ValueError("train.steps, train.log_every and train.checkpoint_every must be >= 1")
+  selection = config.get("selection")
+  if selection is not None and selection.metric and selection.mode not in \
+      checkpointing.SELECTION_MODES:
+    raise ValueError(f"config.selection.mode={selection.mode!r} not in "
+                     f"{checkpointing.SELECTION_MODES}")
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
@@ -205,6 +224,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   mesh = sharding.make_mesh(**config.mesh)
   _validate(config, mesh)
   is_chief = jax.process_index() == 0
+  selection = config.get("selection")
+  select = selection is not None and bool(selection.metric)
+  if select and eval_fn is None:
+    raise ValueError(f"config.selection.metric={selection.metric!r} needs an evaluation; this "
+                     f"run has none (config.online_eval / a held-out split)")
   if is_chief:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -214,6 +238,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     training = build_training(config, algorithm, mesh)
     checkpointer = checkpointing.Checkpointer(workdir, train.keep_checkpoints,
                                               train.async_checkpoints)
+    best = (checkpointing.BestCheckpoint(workdir, selection.metric, selection.mode)
+            if select else None)
     start = checkpointer.latest_step()
     if start is None:
       start, state = 0, training.init()
@@ -231,10 +257,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     window_start = time.perf_counter()
 
     def evaluate(step):
-      writer.write(step, "eval", eval_fn(nnx.merge(training.graphdef, state).model, step))
+      metrics = eval_fn(nnx.merge(training.graphdef, state).model, step)
+      writer.write(step, "eval", metrics)
+      if best is not None and best.offer(step, state, metrics):
+        logging.info("Step %d is the best so far: %s = %s.", step, best.metric, best.best)
 
     try:
-      if eval_fn is not None and start == 0:
+      if eval_fn is not None and start == 0 and train.get("eval_at_start", True):
         evaluate(0)
       with checkpointing.PreemptionGuard() as guard, tqdm.tqdm(
           total=train.steps, initial=start, disable=not (is_chief and train.progress_bar),
@@ -281,5 +310,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     finally:
       checkpointer.wait()
       checkpointer.close()
+      if best is not None:
+        best.close()
       writer.close()
   return nnx.merge(training.graphdef, state)

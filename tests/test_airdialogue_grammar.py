@@ -33,10 +33,10 @@ def test_round_trip_inside_any_utterance(action, before, after):
 def test_format_is_short_and_fixed():
   action = schema.Action("book", "John Smith", (1012,))
   assert (action_grammar.format_action(action)
-          == "[action] status=book flight=1012 name=John Smith [/action]")
+          == "[action] status=book flight=1012 name= John Smith [/action]")
   no_flight = schema.Action("no_flight", "Amy Lee")
   assert (action_grammar.format_action(no_flight)
-          == "[action] status=no_flight flight=none name=Amy Lee [/action]")
+          == "[action] status=no_flight flight=none name= Amy Lee [/action]")
 
 
 def test_parse_tolerates_case_and_spacing():

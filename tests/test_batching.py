@@ -132,3 +132,20 @@ def test_one_compile_per_bucket(ds):
 def test_examples_longer_than_the_largest_bucket_are_an_error():
   with pytest.raises(ValueError, match="exceeds the largest bucket"):
     batching.plan_epoch([10, 40], BATCH, 0, 0, (16, 32))
+
+
+def test_hosts_read_disjoint_slices_that_make_up_the_global_batch(ds, monkeypatch):
+  whole = epoch(ds, seed=3)
+  read = []
+  original = batching.load_batch
+  monkeypatch.setattr(batching, "load_batch",
+                      lambda d, rows_B, length: read.append(len(rows_B)) or
+                      original(d, rows_B, length))
+  per_host = [epoch(ds, seed=3, host=(i, 2)) for i in range(2)]
+  assert set(read) == {BATCH // 2}  # Each host reads only its own rows.
+  for step, batch in enumerate(whole):
+    for name in batch:
+      np.testing.assert_array_equal(
+          np.concatenate([per_host[0][step][name], per_host[1][step][name]]), batch[name])
+  with pytest.raises(ValueError, match="split evenly over 3 hosts"):
+    epoch(ds, host=(0, 3))

@@ -10,9 +10,9 @@ import pytest
 from flax import nnx
 
 from experiments import offline_eval, pipeline_lib
-from experiments import train as launcher
+from experiments import train_lib as launcher
 from experiments.configs import quickstart
-from ilql_dialogue import bc, metrics, sharding, tasks, train_loop
+from ilql_dialogue import bc, metrics, policy_io, registry, sharding, tasks, train_loop
 from ilql_dialogue.models import hf_io
 
 CONFIGS = ("bc_airdialogue", "bc_airdialogue_customer", "bc_persuasion", "bc_persuasion_persuadee")
@@ -68,6 +68,8 @@ def tiny(config, data):
   config.data.update(bucket_boundaries=(config.task.max_length,), eval_batches=1)
   config.train.update(steps=3, batch_size=4, log_every=1, eval_every=0, checkpoint_every=3,
                       progress_bar=False)
+  if config.get("online_eval") is not None and config.online_eval.num_dialogues:
+    config.online_eval.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
   return config
 
 
@@ -105,6 +107,15 @@ def test_quick_config_trains_and_evaluates_offline(name, data, tmp_path):
     assert "final_turn/evaluated" not in got
   else:
     assert got[key] == got["final_turn/evaluated"] == 2 and len(got["samples"]) == 2
+  # The agent plays validation scenarios at its evaluation, which keeps its best checkpoint.
+  selection = policy_io.selected(workdir)
+  if name == "bc_airdialogue":
+    evals = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
+             if r["split"] == "eval"]
+    assert selection["step"] == 3 and selection["metric"] == "return"
+    assert selection["value"] == evals[-1]["return"] and 0 <= selection["value"] <= 1
+  else:
+    assert selection is None
 
 
 def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
@@ -128,7 +139,7 @@ def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
 
   mesh = sharding.make_mesh()
   with sharding.mesh_context(mesh):
-    training = train_loop.build_training(config, launcher.ALGORITHMS["bc"](config), mesh)
+    training = train_loop.build_training(config, registry.ALGORITHMS["bc"](config), mesh)
     model = nnx.merge(training.graphdef, training.init()).model
   _, reference = hf_io.load_hf(hf_dir)
   ours = nnx.to_pure_dict(nnx.state(model.trunk, nnx.Param))
@@ -138,3 +149,43 @@ def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
   np.testing.assert_allclose(ours["blocks"]["attn"]["qkv_kernel"],
                              theirs["blocks"]["attn"]["qkv_kernel"])
   assert isinstance(model, bc.PrefixLM)
+
+
+def test_value_calibration_reads_v_before_the_first_action(data, tmp_path):
+  """ILQL on tiny P4G data, then value_calibration: one row per held-out dialogue, V taken
+  at the state before the persuader's first token, bins covering every dialogue."""
+  import jax.numpy as jnp
+  from experiments import value_calibration
+  from ilql_dialogue import ilql
+
+  config = tiny(load("ilql_persuasion_quick"), data)
+  workdir = str(tmp_path / "run")
+  launcher.run(config, workdir)
+  got = value_calibration.calibrate(workdir, bins=3)
+  task = tasks.make_task(config)
+  assert got["n"] == len(task.datasets["eval"])
+  assert sum(b["n"] for b in got["start"]["bins"]) == sum(b["n"] for b in got["last"]["bins"]) \
+      == got["n"]
+  assert math.isfinite(got["heldout_losses"]["q_loss"])
+  assert got["last"]["pearson_v_return"] is None or -1 <= got["last"]["pearson_v_return"] <= 1
+  assert value_calibration.pearson(np.arange(5.0), 2 * np.arange(5.0) + 1) == pytest.approx(1.0)
+  assert value_calibration.spearman(np.arange(5.0), np.exp(np.arange(5.0))) == pytest.approx(1.0)
+  assert value_calibration.pearson(np.arange(3.0), np.ones(3)) is None
+  assert os.path.exists(os.path.join(workdir, "value_calibration_eval.png"))
+
+  model, _ = policy_io.restore_model(workdir, policy_io.read_config(workdir))
+  batch = {k: jnp.asarray(v) for k, v in tasks.eval_batches(task, config, limit=1)[0].items()}
+  v_start_B, _, v_last_B, _, _ = value_calibration.start_values(model, batch, 0.99, "utterance")
+  hidden = ilql.trunk_hidden(model.trunk, batch)
+  for b in range(len(v_start_B)):
+    if not batch["row_mask"][b]:
+      continue
+    actions = np.flatnonzero(np.asarray(batch["action_mask"][b]) &
+                             np.asarray(batch["attention_mask"][b]))
+    starts = actions[np.diff(actions, prepend=-2) > 1]  # First token of each utterance.
+    for v, position in ((v_start_B[b], starts[0]), (v_last_B[b], starts[-1])):
+      np.testing.assert_allclose(v, model.v_head(hidden[b:b + 1, position - 1:position])[0, 0],
+                                 rtol=1e-5, atol=1e-6)
+    assert len(starts) >= 2  # The two states differ.
+  bins = got["last"]["bins"]
+  assert bins[0]["predicted"] <= bins[-1]["predicted"]

@@ -152,3 +152,44 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
   checkpointer.close()
   logged = metrics.read_metrics(metrics_path)[-1]["step"]
   assert saved is not None and 5 <= logged <= saved < 100000
+
+
+def test_best_checkpoint_keeps_the_best_evaluation_and_survives_resume(tmp_path):
+  """Selection by an evaluation metric: the best state is kept in best/, ties go to the
+  later step, and a resumed run compares against the best value saved before."""
+  scores = {2: 0.5, 4: 0.9, 6: 0.9, 8: 0.1, 10: 0.95, 12: 0.2}
+  eval_fn = lambda model, step: {"return": scores.get(step, 0.0), "w0": float(model.w[0, 0])}
+  workdir = str(tmp_path / "run")
+  config = small_config(steps=8)
+  config.train.update(eval_every=2, eval_at_start=False)
+  config.selection.metric = "return"
+  train_loop.train_and_evaluate(config, workdir, NoisyRegression(), regression_data(0), eval_fn)
+  best = checkpointing.BestCheckpoint(workdir, "return")
+  assert best.best == 0.9
+  best.close()
+  from ilql_dialogue import policy_io
+  assert policy_io.selected(workdir)["step"] == 6  # The tie at 0.9 goes to step 6.
+
+  config.train.steps = 12  # Resume: step 10 beats 0.9, step 12 does not.
+  train_loop.train_and_evaluate(config, workdir, NoisyRegression(), regression_data(0), eval_fn)
+  meta = policy_io.selected(workdir)
+  assert meta["step"] == 10 and meta["value"] == 0.95 and meta["eval"]["return"] == 0.95
+  evals = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
+           if r["split"] == "eval"]
+  assert meta["eval"]["w0"] == next(r["w0"] for r in evals if r["step"] == 10)
+
+
+def test_selection_errors_are_raised_before_training(tmp_path):
+  config = small_config(steps=2)
+  config.selection.metric = "return"
+  with pytest.raises(ValueError, match="needs an evaluation"):
+    train_loop.train_and_evaluate(config, str(tmp_path / "a"), NoisyRegression(),
+                                  regression_data(0))
+  config.train.eval_at_start = True
+  with pytest.raises(ValueError, match=r"metric='return' is not among the evaluation metrics"):
+    train_loop.train_and_evaluate(config, str(tmp_path / "b"), NoisyRegression(),
+                                  regression_data(0), lambda model, step: {"loss": 1.0})
+  config.selection.mode = "best"
+  with pytest.raises(ValueError, match="config.selection.mode='best'"):
+    train_loop.train_and_evaluate(config, str(tmp_path / "c"), NoisyRegression(),
+                                  regression_data(0), lambda model, step: {"return": 1.0})

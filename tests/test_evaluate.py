@@ -1,6 +1,7 @@
 """`python -m experiments.evaluate`, policy_io on a real training workdir, the online EvalFn."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -142,7 +143,8 @@ def test_task_checkpoint_agent_plays_through_policy_io_and_evaluate(tmp_path):
       tokenizer, "agent", "scripted:terse", num_dialogues=4, kb_size=2, batch_size=4,
       max_turns=6, include_context=False, prefix_fields=policy.prefix_fields, max_new_tokens=8)
   metrics = eval_fn(policy.model, 3)
-  assert set(metrics) == {"return", "success_stderr", "mean_turns"}
+  assert set(metrics) == {"return", "best_beta", "success_stderr", "mean_turns", "return/beta=0",
+                          "status_acc", "flight_acc", "name_acc"}
   assert 0.0 <= metrics["return"] <= 1.0
 
 
@@ -161,7 +163,7 @@ def test_dataset_layout_is_read_off_the_training_examples(tmp_path, serialize):
 
 def test_ilql_checkpoint_decodes_with_value_guidance(tmp_path):
   """A plain-dataset ILQL run: layout read off the dataset, beta turns on Q - V guidance."""
-  from experiments.configs import bc_tiny, ilql_tiny
+  from experiments.configs import bc_tiny, ilql_airdialogue_quick
   from ilql_dialogue import ilql
   from ilql_dialogue.generation import logits_processors as lp
 
@@ -172,7 +174,7 @@ def test_ilql_checkpoint_decodes_with_value_guidance(tmp_path):
                             cache_dir=str(tmp_path / "cache")).save_to_disk(dataset_dir)
   tokenizer.save(os.path.join(dataset_dir, "tokenizer"))
   config = _tiny(bc_tiny.get_config())
-  config.algorithm = ilql_tiny.ilql_section()
+  config.algorithm = ilql_airdialogue_quick.ilql_section()
   config.model.vocab_size = 512
   config.data.dataset_dir = dataset_dir
   saved = _checkpoint(config, str(tmp_path / "run"), algorithm=ilql.ILQL.from_config(config))
@@ -210,3 +212,29 @@ def test_default_seed_is_held_out_from_the_training_corpora():
   corpus = {key(s.intent) for seed in corpus_seeds
             for s in selfplay.generate_samples(seed, 50, agent_mix="oracle")}
   assert not corpus & {key(s.intent) for s in rollout.make_scenarios(rollout.DEFAULT_SEED, 50)}
+
+
+def test_compare_agents_pools_resumes_and_tabulates(tmp_path):
+  from experiments import compare_agents
+
+  customers = ["scripted:terse", "scripted:chatty"]
+  agents = {"oracle": "scripted_agent:oracle", "give_up": "scripted_agent:give_up"}
+  rows = compare_agents.compare(agents, customers, num_dialogues=6, workdir=str(tmp_path),
+                                batch_size=3, sweep_betas=[4.0])
+  assert [(r["agent"], r["beta"]) for r in rows] == [("oracle", 0.0), ("give_up", 0.0)]
+  oracle, give_up = rows
+  assert {k: oracle["pooled"][k] for k in ("n", "success_rate", "success_stderr", "name_acc")} \
+      == {"n": 12, "success_rate": 1.0, "success_stderr": 0.0, "name_acc": 1.0}
+  per = give_up["per_customer"]
+  p = (per["scripted:terse"]["success_rate"] + per["scripted:chatty"]["success_rate"]) / 2
+  assert give_up["pooled"]["success_rate"] == pytest.approx(p)
+  assert give_up["pooled"]["success_stderr"] == pytest.approx(math.sqrt(p * (1 - p) / 12))
+  # Summaries on disk are reused: a second comparison plays nothing.
+  before = sorted(os.listdir(tmp_path))
+  assert compare_agents.compare(agents, customers, num_dialogues=6, workdir=str(tmp_path),
+                                batch_size=3) == rows
+  assert sorted(os.listdir(tmp_path)) == before
+  table = compare_agents.to_markdown(rows, customers)
+  assert "| agent | beta | terse | chatty | pooled |" in table
+  assert "| oracle | 0 | 1.000 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |" in table
+  assert "| oracle | 0 | 1.000 | 1.000 | 1.000 |" in table

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from experiments.configs import ilql_tiny
+from experiments.configs import ilql_airdialogue_quick
 from ilql_dialogue import ilql, sharding, train_loop, value_guidance
 from ilql_dialogue.generation import sampler
 
@@ -24,7 +24,7 @@ BATCH = 32
 
 
 def _config():
-  c = ilql_tiny.get_config()
+  c = ilql_airdialogue_quick.get_config()
   c.model.update(family="gpt2", vocab_size=VOCAB, num_layers=1, d_model=32, num_heads=2,
                  num_kv_heads=2, head_dim=16, mlp_dim=64, max_seq_len=16)
   c.algorithm.update(cql_weight=0.1, polyak_rate=0.05, discount="token")

@@ -13,7 +13,7 @@ from data_pipelines.airdialogue import schema
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl
 from data_pipelines.persuasion import loader
 from experiments import offline_eval, pipeline_lib
-from experiments import train as launcher
+from experiments import train_lib as launcher
 from experiments.configs import bc_airdialogue_quick, quickstart
 from ilql_dialogue import bc, metrics, tasks
 from ilql_dialogue.models.config import ModelConfig
@@ -267,7 +267,9 @@ def test_bc_learns_on_a_tiny_airdialogue_corpus(tmp_path):
                       mlp_dim=128)
   config.data.update(bucket_boundaries=(384,), eval_batches=2)  # One shape: one compile.
   config.train.update(steps=100, batch_size=8, log_every=50, eval_every=0, checkpoint_every=100,
-                      progress_bar=False)
+                      progress_bar=False, eval_at_start=True)
+  config.online_eval.num_dialogues = 0  # The held-out loss is what this test measures.
+  config.selection.metric = ""
   config.optim.update(learning_rate=1e-2, warmup_steps=10)
   workdir = str(tmp_path / "run")
   final = launcher.run(config, workdir)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import train as launcher
+from experiments import train_lib as launcher
 from experiments.configs import base_config, bc_tiny
 from ilql_dialogue import bc, metrics, optim, sharding, train_loop
 

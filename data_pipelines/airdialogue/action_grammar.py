@@ -3,10 +3,13 @@
 An agent (scripted, human or a tiny LM decoding token by token) ends the
 dialogue by writing one block such as
 
-    [action] status=book flight=1012 name=John Smith [/action]
+    [action] status=book flight=1012 name= John Smith [/action]
 
 Fields come in a fixed order, and `name` comes last so that it may hold spaces
-without quoting. `flight` is `none` for an empty flight list and a
+without quoting. The space after `name=` is for the model: byte-level BPE
+reads "=John" as "=", "John" but the customer's "This is John Smith" as
+" John", so without it copying the name means mapping between two token ids
+per name instead of repeating one (the parser accepts both forms). `flight` is `none` for an empty flight list and a
 comma-separated list otherwise (expected actions may list several tied
 flights). The fixed order and few literal tokens keep the block easy for a
 small model to produce and leave little room for ambiguity when parsing.
@@ -40,7 +43,7 @@ def format_action(action: schema.Action) -> str:
   if action.name != action.name.strip() or any(c in action.name for c in _FORBIDDEN_NAME_CHARS):
     raise ValueError(f"name {action.name!r} has surrounding whitespace, brackets or line breaks")
   flight = ",".join(str(n) for n in action.flights) if action.flights else NO_FLIGHT
-  return f"{OPEN_TAG} status={action.status} flight={flight} name={action.name} {CLOSE_TAG}"
+  return f"{OPEN_TAG} status={action.status} flight={flight} name= {action.name} {CLOSE_TAG}"
 
 
 def contains_action(text: str) -> bool:

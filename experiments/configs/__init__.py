@@ -19,11 +19,15 @@ def base_config() -> ml_collections.ConfigDict:
       grad_accum_steps=1,  # Microbatches per update, scanned inside the jitted step.
       log_every=50,
       eval_every=0,  # 0 = only at the end (when the experiment has an eval).
+      eval_at_start=True,  # Also evaluate the initial model (a fresh run's step 0).
       checkpoint_every=500,
       keep_checkpoints=3,
       async_checkpoints=True,
       progress_bar=True,
   ))
+  # Which evaluation metric picks the kept checkpoint (workdir/best); "" = none.
+  # Task configs select by online return, never by a training loss.
+  c.selection = ml_collections.ConfigDict(dict(metric="", mode="max"))
   c.optim = ml_collections.ConfigDict(dict(
       learning_rate=3e-4,
       warmup_steps=100,

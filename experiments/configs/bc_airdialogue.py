@@ -17,6 +17,22 @@ import ml_collections
 from experiments.configs import base_config
 
 
+def online_eval_section(**overrides) -> ml_collections.ConfigDict:
+  """Online success at each evaluation (experiments/train_lib.py:online_eval), on
+  VALIDATION scenarios: seed 2000, never the reported test seed (1000,
+  rollout.DEFAULT_SEED) nor the corpus seeds (0, 1)."""
+  return ml_collections.ConfigDict(dict(dict(
+      num_dialogues=128,  # 0 = off.
+      opponent="scripted:volunteer",
+      seed=2000,
+      batch_size=64,
+      max_turns=40,
+      betas=(0.0,),  # ILQL sweeps value guidance; "return" is the best of them.
+      temperature=1.0,
+      max_new_tokens=64,
+  ), **overrides))
+
+
 def get_config() -> ml_collections.ConfigDict:
   c = base_config()
   c.algorithm = ml_collections.ConfigDict(dict(name="bc"))
@@ -41,6 +57,8 @@ def get_config() -> ml_collections.ConfigDict:
   ))
   c.offline_eval = ml_collections.ConfigDict(dict(
       batch_size=64, max_new_tokens=64, max_dialogues=0, max_batches=0))
+  c.online_eval = online_eval_section()
+  c.selection.metric = "return"  # Keep the checkpoint with the best online success.
   c.train.steps = 20_000
   c.train.batch_size = 64
   c.train.log_every = 100

@@ -18,4 +18,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.context = "text"
   c.task.max_length = 512
   c.model.max_seq_len = 512
+  c.online_eval.num_dialogues = 0  # The agent's online eval; the simulator keeps its latest.
+  c.selection.metric = ""
   return c

@@ -28,5 +28,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.train.update(steps=300, batch_size=16, log_every=25, eval_every=100, checkpoint_every=100)
   c.optim.update(learning_rate=3e-3, warmup_steps=30, weight_decay=0.01)
   c.data.eval_batches = 4
+  c.online_eval.num_dialogues = 64
+  c.train.eval_at_start = False  # An untrained agent plays every dialogue to the turn limit.
   c.offline_eval.update(batch_size=32, max_dialogues=128)
   return c

@@ -14,7 +14,7 @@ checkpoint with the best online return (experiments.evaluate_lib.online_eval_fn)
 import ml_collections
 
 from experiments.configs import bc_airdialogue
-from experiments.configs.ilql_tiny import ilql_section
+from experiments.configs.ilql_airdialogue_quick import GUIDANCE_BETAS, ilql_section
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -22,4 +22,5 @@ def get_config() -> ml_collections.ConfigDict:
   # Agent turns are ~51% of the tokens, at most ~70% of a row (quickstart corpus).
   c.algorithm = ilql_section(cql_weight=0.1, polyak_rate=0.005, action_fraction=0.75)
   c.optim.learning_rate = 5e-5
+  c.online_eval.betas = GUIDANCE_BETAS
   return c

@@ -15,7 +15,7 @@ targets move slowly (Polyak 0.005) and ILQL trains for more steps than BC.
 import ml_collections
 
 from experiments.configs import bc_persuasion
-from experiments.configs.ilql_tiny import ilql_section
+from experiments.configs.ilql_airdialogue_quick import ilql_section
 
 
 def get_config() -> ml_collections.ConfigDict:

@@ -1,4 +1,10 @@
-"""`make run`: the end-to-end pipeline sized for 2 CPU cores (about 15 minutes)."""
+"""`make run`: the end-to-end pipeline sized for 2 CPU cores (about 15 minutes).
+
+Data -> tokenizer -> datasets -> a BC agent, a BC customer (the first learned
+simulator) and an ILQL agent -> each agent against a scripted customer and
+the learned one. The numbers of docs/RESULTS.md come from longer runs of the
+same configs (the commands are there); this is the pipeline end to end.
+"""
 
 import ml_collections
 
@@ -18,7 +24,25 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer = ml_collections.ConfigDict()
   config.tokenizer.vocab_size = 2048
 
-  config.mdp = ml_collections.ConfigDict()
-  config.mdp.roles = ("agent", "customer")
-  config.mdp.max_length = 1024
+  # Run name -> experiments/configs module (":argument" for get_config).
+  config.runs = ml_collections.ConfigDict({
+      name: ml_collections.ConfigDict(dict(config=module)) for name, module in (
+          ("bc_agent", "bc_airdialogue_quick"),
+          ("bc_customer", "bc_airdialogue_customer_quick"),
+          ("ilql_agent", "ilql_airdialogue_quick"),
+      )})
+  config.training = ml_collections.ConfigDict(dict(
+      steps=300,
+      eval_every=150,  # Online evaluations that pick each agent's checkpoint.
+      online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
+  ))
+  # (agent, customer): run names or party specs (ilql_dialogue/simulators.py).
+  config.evaluation = ml_collections.ConfigDict(dict(
+      num_dialogues=100,  # Held-out scenarios (seed 1000) per pair.
+      batch_size=50,
+      max_turns=40,  # Utterances before a dialogue fails.
+      max_new_tokens=64,  # Per learned utterance.
+      pairs=(("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
+             ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
+  ))
   return config

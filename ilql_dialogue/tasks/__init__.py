@@ -202,19 +202,15 @@ def _boundaries(config: ml_collections.ConfigDict) -> tuple[int, ...] | None:
 
 
 def train_data(task: Task, config: ml_collections.ConfigDict):
-  """The loop's TrainData: resumable length-bucketed batches of this host's rows.
-
-  Every host plans the same global batch (the plan reads only lengths) and
-  keeps its own slice, so bucket lengths agree across hosts.
-  """
+  """The loop's TrainData: resumable length-bucketed batches of this host's rows
+  (each host reads only its share from Arrow; batching.batches)."""
   dataset = task.datasets["train"]
-  rows = config.train.batch_size // jax.process_count()
-  lo = jax.process_index() * rows
+  host = (jax.process_index(), jax.process_count())
 
   def from_step(start: int) -> Iterator[dict[str, np.ndarray]]:
     for batch in batching.stream(dataset, config.train.batch_size, config.seed, start,
-                                 boundaries=_boundaries(config)):
-      yield add_prefix_fields(task, dataset, {k: v[lo:lo + rows] for k, v in batch.items()})
+                                 boundaries=_boundaries(config), host=host):
+      yield add_prefix_fields(task, dataset, batch)
 
   return from_step
 

@@ -2,9 +2,9 @@
 seeds tests/test_ilql_learning.py).
 
     make run
-    python -m experiments.train --config=experiments/configs/ilql_tiny.py \
-        --workdir=runs/ilql_tiny
-    python -m experiments.offline_eval --workdir=runs/ilql_tiny
+    python -m experiments.train --config=experiments/configs/ilql_airdialogue_quick.py \
+        --workdir=runs/ilql_airdialogue_quick
+    python -m experiments.offline_eval --workdir=runs/ilql_airdialogue_quick
 
 The model, task and data of bc_airdialogue_quick.py, so the two compare step
 for step. Targets move fast (polyak_rate 0.02: half-way in ~35 steps)
@@ -14,6 +14,10 @@ because a quick run has only a few hundred steps.
 import ml_collections
 
 from experiments.configs import bc_airdialogue_quick
+
+
+# Value-guidance strengths tried at each online evaluation (BRIEF section 3: 1-16).
+GUIDANCE_BETAS = (1.0, 4.0, 16.0)
 
 
 def ilql_section(**overrides) -> ml_collections.ConfigDict:
@@ -36,8 +40,6 @@ def ilql_section(**overrides) -> ml_collections.ConfigDict:
       head_hidden_dim=0,
       separate_policy=False,
       target_trunk=False,
-      selection_metric="return",  # Keep checkpoints by online return, never by TD loss.
-      selection_mode="max",
   ), **overrides))
 
 
@@ -45,4 +47,5 @@ def get_config() -> ml_collections.ConfigDict:
   c = bc_airdialogue_quick.get_config()
   # Agent rows of the quickstart data are at most 70% actions (runs/quickstart, L384).
   c.algorithm = ilql_section(polyak_rate=0.02, action_fraction=0.75)
+  c.online_eval.betas = GUIDANCE_BETAS
   return c

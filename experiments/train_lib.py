@@ -1,0 +1,144 @@
+"""What `experiments.train` runs: the algorithm, data and evaluation a config names.
+
+`run(config, workdir)` is the whole launcher as a function, so the pipeline
+(experiments/pipeline_lib.py) and the tests train in-process. A config with
+a `task` section (e.g. bc_airdialogue_quick.py) gets its data from
+ilql_dialogue/tasks (datasets built on first use, structured prefix), and
+with `online_eval` it plays held-out scenarios at every evaluation, which
+`selection` keeps the best checkpoint by.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from typing import Iterator
+
+import jax
+import ml_collections
+import numpy as np
+import tokenizers
+
+from ilql_dialogue import registry, train_loop
+
+SYNTHETIC_VOCAB = 128  # model.vocab_size for synthetic data when the config leaves it at 0.
+
+def synthetic_batches(config: ml_collections.ConfigDict) -> train_loop.TrainData:
+  """Rows of arithmetic progressions mod vocab with random left padding; the
+  second half of each row is the 'actions'. Learnable only by reading the
+  context (start and stride differ per row), so falling loss means attention
+  works. Each batch is a pure function of (seed, step)."""
+  vocab, length = config.model.vocab_size, config.data.synthetic_length
+  rows = config.train.batch_size // jax.process_count()
+
+  def from_step(start: int) -> Iterator[dict[str, np.ndarray]]:
+    step = start
+    while True:
+      rng = np.random.default_rng((config.seed, step, jax.process_index()))
+      first, stride = rng.integers(0, vocab, (rows, 1)), rng.integers(1, 4, (rows, 1))
+      pad = rng.integers(0, length // 4, (rows, 1))
+      t_T = np.arange(length)
+      mask_BxT = t_T >= pad
+      yield {
+          "input_ids": np.where(mask_BxT, (first + stride * (t_T - pad)) % vocab, 0
+                                ).astype(np.int32),
+          "attention_mask": mask_BxT,
+          "action_mask": mask_BxT & (t_T - pad >= (length - pad) // 2),
+      }
+      step += 1
+
+  return from_step
+
+
+def mdp_batches(dataset, config: ml_collections.ConfigDict) -> train_loop.TrainData:
+  """Length-bucketed batches of an MDP dataset, resumable by step; each host
+  reads only its own rows of every global batch (batching.batches)."""
+  from data_pipelines import batching
+
+  host = (jax.process_index(), jax.process_count())
+
+  def from_step(start: int) -> Iterator[dict[str, np.ndarray]]:
+    yield from batching.stream(dataset, config.train.batch_size, config.seed, start,
+                               boundaries=tuple(config.data.bucket_boundaries) or None, host=host)
+
+  return from_step
+
+
+def loss_eval(algorithm, dataset, config: ml_collections.ConfigDict) -> train_loop.EvalFn:
+  """Mean of the algorithm's loss metrics over the first eval batches."""
+  from data_pipelines import batching
+
+  batches = []
+  for batch in batching.batches(dataset, config.train.batch_size, config.seed, epoch=0,
+                                boundaries=tuple(config.data.bucket_boundaries) or None):
+    batches.append(batch)
+    if len(batches) == config.data.eval_batches:
+      break
+  return train_loop.loss_evaluator(algorithm, batches)
+
+
+def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | None:
+  """Plays the model on held-out AirDialogue scenarios at each evaluation
+  (config.online_eval, off when num_dialogues is 0): the "return" that
+  config.selection keeps the best checkpoint by."""
+  online = config.get("online_eval")
+  if online is None or online.num_dialogues <= 0:
+    return None
+  from experiments import evaluate_lib
+  return evaluate_lib.online_eval_fn(
+      task.tokenizer, task.role, online.opponent, num_dialogues=online.num_dialogues,
+      seed=online.seed, batch_size=online.batch_size, max_turns=online.max_turns,
+      include_context=task.include_context, serialize_context=task.serialize_context,
+      prefix_fields=None if task.prefix is None else task.prefix.fields,
+      betas=tuple(online.betas), temperature=online.temperature,
+      max_new_tokens=online.max_new_tokens)
+
+
+def _resolve_vocab(config: ml_collections.ConfigDict) -> None:
+  """The model must embed every id of the dataset's tokenizer (saved next to
+  it); model.vocab_size=0 takes that size, rounded up to a multiple of 128 so
+  the "vocab" axis divides over tensor-parallel devices."""
+  path = os.path.join(config.data.dataset_dir, "tokenizer", "tokenizer.json")
+  vocab = tokenizers.Tokenizer.from_file(path).get_vocab_size(with_added_tokens=True)
+  if config.model.vocab_size <= 0:
+    config.model.vocab_size = -(-vocab // 128) * 128
+  elif config.model.vocab_size < vocab:
+    raise ValueError(f"config.model.vocab_size={config.model.vocab_size} is smaller than the "
+                     f"tokenizer of {config.data.dataset_dir} ({vocab} ids)")
+
+
+def run(config: ml_collections.ConfigDict, workdir: str):
+  """Builds the algorithm and data named by `config` and trains."""
+  config = copy.deepcopy(config)  # Resolved fields (vocab size) must not leak to the caller.
+  algorithm = registry.make_algorithm(config)
+  eval_fn = None
+  if config.get("task") is not None:  # A dataset role with its own data plumbing (tasks/).
+    from ilql_dialogue import tasks
+    task = tasks.make_task(config)
+    tasks.configure_model(config, task)
+    if hasattr(algorithm, "filter_dataset"):  # Filtered BC trains on its top dialogues only.
+      task = dataclasses.replace(task, datasets={
+          **task.datasets, "train": algorithm.filter_dataset(task.datasets["train"])})
+    train_data = tasks.train_data(task, config)
+    eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
+    online = online_eval(task, config)
+    if online is not None:
+      eval_fn = train_loop.merged_evaluators(eval_fn, online)
+  elif config.data.synthetic:
+    if config.model.vocab_size <= 0:
+      config.model.vocab_size = SYNTHETIC_VOCAB
+    train_data = synthetic_batches(config)
+  elif config.data.dataset_dir:
+    from data_pipelines.mdp_dataset import load_mdp_dataset
+    _resolve_vocab(config)
+    train_set = load_mdp_dataset(config.data.dataset_dir)
+    if hasattr(algorithm, "filter_dataset"):
+      train_set = algorithm.filter_dataset(train_set)
+    train_data = mdp_batches(train_set, config)
+    if config.data.eval_dataset_dir:
+      eval_fn = loss_eval(algorithm, load_mdp_dataset(config.data.eval_dataset_dir), config)
+  else:
+    raise ValueError("config.data: set dataset_dir=DIR (python -m data_pipelines.build_dataset) "
+                     "or synthetic=True")
+  return train_loop.train_and_evaluate(config, workdir, algorithm, train_data, eval_fn)

@@ -1,0 +1,52 @@
+"""`make run`'s pipeline end to end at a test's size: data, tokenizer, task datasets, BC
+agent, BC customer and ILQL agent with online checkpoint selection, evaluation, report."""
+
+import json
+import os
+
+from experiments import pipeline_lib
+from experiments.configs import quickstart
+
+
+def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
+  config = quickstart.get_config()
+  config.airdialogue.update(train_dialogues=24, eval_dialogues=6)
+  config.tokenizer.vocab_size = 400
+  config.training.update(steps=2, eval_every=2, online_dialogues=2)
+  config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
+  make_run_config = pipeline_lib.run_config
+
+  def smaller(config, name, workdir):  # The quick configs, shrunk to a test's size.
+    c = make_run_config(config, name, workdir)
+    c.model.update(num_layers=1, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
+                   mlp_dim=64)
+    c.train.update(batch_size=4, progress_bar=False)
+    c.data.eval_batches = 1
+    if c.online_eval.num_dialogues:
+      c.online_eval.update(batch_size=2, max_turns=4, max_new_tokens=8)
+    return c
+
+  monkeypatch.setattr(pipeline_lib, "run_config", smaller)
+  workdir = str(tmp_path / "run")
+  report = pipeline_lib.run(config, workdir)
+
+  assert report["airdialogue/train"]["n"] == 24
+  assert set(report["datasets"]) == {"agent_prefix/train", "agent_prefix/eval",
+                                     "customer_text/train", "customer_text/eval"}
+  selected = report["selected_checkpoints"]
+  assert selected["bc_customer"] is None  # The simulator keeps its latest checkpoint.
+  for agent in ("bc_agent", "ilql_agent"):
+    assert selected[agent]["step"] == 2 and selected[agent]["metric"] == "return"
+  assert selected["ilql_agent"]["eval"]["best_beta"] in (1.0, 4.0, 16.0)
+  pairs = [(r["agent"], r["customer"]) for r in report["evaluation"]]
+  assert pairs == [tuple(p) for p in config.evaluation.pairs]
+  for r in report["evaluation"]:
+    assert r["n"] == 2 and 0 <= r["success_rate"] <= 1
+    assert sum(r["end_reasons"].values()) == 2
+  ilql_row = report["evaluation"][1]
+  assert ilql_row["beta"] == selected["ilql_agent"]["eval"]["best_beta"]
+  with open(os.path.join(workdir, "report.json")) as f:
+    assert json.load(f)["evaluation"] == report["evaluation"]
+
+  # A second run finds every stage done and reports the same numbers.
+  assert pipeline_lib.run(config, workdir)["evaluation"] == report["evaluation"]
