@@ -49,6 +49,8 @@ def pooled(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
   for field in FIELDS:
     if all(field in s for s in summaries):
       out[field] = sum(s[field] * s["n"] for s in summaries) / n
+  if all("unparsable_actions" in s for s in summaries):
+    out["unparsable_rate"] = sum(s["unparsable_actions"] for s in summaries) / n
   return out
 
 
@@ -74,7 +76,7 @@ def compare(agents: dict[str, str], customers: Sequence[str], *, num_dialogues: 
           summaries[customer] = json.load(f)
       rows.append({"agent": name, "spec": spec, "beta": beta, "selected": beta == best,
                    "per_customer": {c: {k: s[k] for k in (
-                       "n", "success_rate", "success_stderr", *FIELDS)}
+                       "n", "success_rate", "success_stderr", "unparsable_actions", *FIELDS)}
                                     for c, s in summaries.items()},
                    "pooled": pooled(list(summaries.values()))})
   return rows
@@ -109,13 +111,14 @@ def to_markdown(rows: Sequence[dict[str, Any]], customers: Sequence[str]) -> str
     mark = "" if r["selected"] else " (sweep)"
     lines.append(f"| {r['agent']}{mark} | {r['beta']:g} | " + " | ".join(
         cell(r["per_customer"].get(c)) for c in customers) + f" | {cell(r['pooled'])} |")
-  lines += ["", "| agent | beta | status acc. | flight acc. | name acc. | turns |",
-            "|---|---|---|---|---|---|"]
+  lines += ["", "| agent | beta | status acc. | flight acc. | name acc. | unparsable action "
+            "| turns |", "|---|---|---|---|---|---|---|"]
   for r in rows:
     if "status_acc" in r["pooled"]:
       p = r["pooled"]
-      lines.append(f"| {r['agent']} | {r['beta']:g} | {p['status_acc']:.3f} | "
-                   f"{p['flight_acc']:.3f} | {p['name_acc']:.3f} | {p['mean_turns']:.1f} |")
+      lines.append(f"| {r['agent']}{'' if r['selected'] else ' (sweep)'} | {r['beta']:g} | "
+                   f"{p['status_acc']:.3f} | {p['flight_acc']:.3f} | {p['name_acc']:.3f} | "
+                   f"{p['unparsable_rate']:.3f} | {p['mean_turns']:.1f} |")
   return "\n".join(lines) + "\n"
 
 

@@ -37,7 +37,8 @@ from flax import nnx
 
 from data_pipelines import batching, mdp
 from data_pipelines.dialogue import Dialogue, read_jsonl
-from ilql_dialogue import bc, checkpointing, sharding, tasks, train_loop
+from ilql_dialogue import bc, policy_io, sharding, tasks, value_guidance
+from ilql_dialogue.value_heads import ILQLModel
 from ilql_dialogue.generation import sampler
 
 NUM_SAMPLES = 5  # Decoded turns written next to the metrics, for a human to read.
@@ -180,31 +181,24 @@ def evaluate(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigD
 
 
 def restore_model(workdir: str, step: int | None = None):
-  """(config, task, model, step) of a run of experiments/train.py, from its checkpoint."""
-  with open(os.path.join(workdir, "config.json")) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  """(config, task, model, step) of a run of experiments/train.py: checkpoint `step`,
+  by default the run's selected best (else its latest). The model is the
+  policy LM (an ILQL or MC run's decoding trunk)."""
+  config = policy_io.read_config(workdir)
   if "task" not in config:
     raise ValueError(f"{workdir}/config.json: field 'task': missing; offline evaluation needs a "
                      "task config (experiments/configs/bc_*.py)")
   config.model.hf_checkpoint = ""  # The weights come from the checkpoint.
   task = tasks.make_task(config)
-  tasks.configure_model(config, task)
-  mesh = sharding.make_mesh(**config.mesh)
-  with sharding.mesh_context(mesh):
-    training = train_loop.build_training(config, bc.BC(), mesh)
-    checkpointer = checkpointing.Checkpointer(workdir, keep=config.train.keep_checkpoints,
-                                              async_save=False)
-    step = checkpointer.latest_step() if step is None else step
-    if step is None:
-      raise FileNotFoundError(f"{workdir}: no checkpoint to evaluate")
-    state, _ = checkpointer.restore(step, training.restore_target())
-    checkpointer.close()
-  return config, task, nnx.merge(training.graphdef, state).model, step
+  model, step = policy_io.restore_model(workdir, config, step)
+  if isinstance(model, ILQLModel):
+    model = value_guidance.decoding_model(model)
+  return config, task, model, step
 
 
 def evaluate_run(workdir: str, split: str = "eval", step: int | None = None,
                  overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-  """Evaluates a run's checkpoint (default: the latest) and writes the metrics as JSON."""
+  """Evaluates a run's checkpoint (default: the selected, else the latest); writes JSON."""
   config, task, model, step = restore_model(workdir, step)
   if "offline_eval" not in config:
     with config.unlocked():
@@ -230,7 +224,8 @@ if __name__ == "__main__":
   # import this module next to experiments.train, which defines --workdir too.
   flags.DEFINE_string("workdir", None, "Run directory of experiments.train.", required=True)
   flags.DEFINE_enum("split", "eval", tasks.SPLITS, "Which split to evaluate on.")
-  flags.DEFINE_integer("step", None, "Checkpoint step (default: the latest).")
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the selected best, else the "
+                       "latest).")
   flags.DEFINE_integer("max_dialogues", None,
                        "Held-out dialogues to decode (default: the config's).")
   app.run(main)

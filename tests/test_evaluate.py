@@ -237,4 +237,4 @@ def test_compare_agents_pools_resumes_and_tabulates(tmp_path):
   table = compare_agents.to_markdown(rows, customers)
   assert "| agent | beta | terse | chatty | pooled |" in table
   assert "| oracle | 0 | 1.000 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |" in table
-  assert "| oracle | 0 | 1.000 | 1.000 | 1.000 |" in table
+  assert "| oracle | 0 | 1.000 | 1.000 | 1.000 | 0.000 |" in table
