@@ -3,7 +3,8 @@
     python -m experiments.compare_agents --workdir=runs/results/eval \
         --agents=oracle=scripted_agent:oracle,bc=runs/results/bc_agent,ilql=runs/results/ilql_agent \
         --customers=scripted:volunteer,scripted:answer_only,scripted:late_reveal,scripted:terse,scripted:chatty \
-        --num_dialogues=500 [--sweep_betas=0,1,4,16 --corpus_stats=DIR/stats.json]
+        --num_dialogues=500 [--sweep_betas=0,4,16 --sweep_agents=ilql \
+        --corpus_stats=DIR/stats.json]
 
 Every (agent, customer) pair plays the same `num_dialogues` scenarios (seed
 1000, held out from the training corpora and from checkpoint selection,
@@ -56,13 +57,17 @@ def pooled(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
 
 def compare(agents: dict[str, str], customers: Sequence[str], *, num_dialogues: int,
             workdir: str, seed: int = rollout.DEFAULT_SEED, batch_size: int = 100,
-            sweep_betas: Sequence[float] = (), max_new_tokens: int = 64) -> list[dict[str, Any]]:
+            sweep_betas: Sequence[float] = (), sweep_agents: Sequence[str] | None = None,
+            max_new_tokens: int = 64) -> list[dict[str, Any]]:
+  """Rows of (agent, beta): per-customer and pooled summaries. `sweep_betas` apply to
+  the value-guided agents named in `sweep_agents` (None: all of them)."""
   rows = []
   for name, spec in agents.items():
     best = selected_beta(spec)
     guided = os.path.isdir(spec) and policy_io.read_config(spec).algorithm.name in (
         "ilql", "mc_value")
-    betas = [best] + [b for b in sweep_betas if b != best] if guided else [0.0]
+    sweep = guided and (sweep_agents is None or name in sweep_agents)
+    betas = [best] + [b for b in sweep_betas if b != best] if sweep else [best]
     for beta in betas:
       summaries = {}
       for customer in customers:
@@ -129,7 +134,8 @@ def main(argv):
   customers = list(f.customers)
   rows = compare(agents, customers, num_dialogues=f.num_dialogues, workdir=f.workdir,
                  seed=f.seed, batch_size=f.batch_size,
-                 sweep_betas=[float(b) for b in f.sweep_betas])
+                 sweep_betas=[float(b) for b in f.sweep_betas],
+                 sweep_agents=f.sweep_agents or None)
   if f.corpus_stats:
     rows.insert(0, corpus_row(f.corpus_stats, customers))
   with open(os.path.join(f.workdir, "comparison.json"), "w") as out:
@@ -150,5 +156,7 @@ if __name__ == "__main__":
   flags.DEFINE_integer("seed", rollout.DEFAULT_SEED, "Scenario seed (held out).")
   flags.DEFINE_integer("batch_size", 100, "Dialogues played at once.")
   flags.DEFINE_list("sweep_betas", [], "Extra betas for value-guided agents.")
+  flags.DEFINE_list("sweep_agents", [], "Names of the agents to sweep (default: every "
+                    "value-guided one).")
   flags.DEFINE_string("corpus_stats", "", "stats.json of the training corpus: a 'dataset' row.")
   app.run(main)
