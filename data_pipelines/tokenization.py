@@ -12,6 +12,13 @@ Plain text is encoded with special-token matching switched off: a user who
 types "<|eot|>" gets the bytes of that string, never the end-of-turn id, so no
 utterance can forge a turn boundary or a speaker change.
 
+Every text (a turn, a serialized context) is encoded as " " + text, and
+decoding drops that one space again. Byte-level BPE glues a word's leading
+space into its token, so without it "Helen" opening a turn and " Helen"
+inside a sentence or an action block would be two unrelated ids, and copying
+a name from one turn into another would need a learned id-to-id mapping per
+name instead of plain copying.
+
 Markers are task-level strings that must be ONE token (e.g. the "[action]" /
 "[/action]" tags of the AirDialogue action grammar). They are registered as
 non-special added tokens: plain text "[action]" always encodes to that one id
@@ -36,6 +43,7 @@ EOT = "<|eot|>"
 CONTEXT = "<|context|>"
 DIALOGUE = "<|dialogue|>"
 ROLES_FILE = "dialogue_roles.json"
+TEXT_PREFIX = " "  # Prepended to every encoded text (module docstring).
 _STRUCTURAL = (EOT, CONTEXT, DIALOGUE)
 _RESERVED_ROLES = frozenset({"pad", "bos", "eos", "eot", "context", "dialogue", "endoftext"})
 
@@ -115,7 +123,7 @@ class DialogueTokenizer:
     self._plain.no_truncation()
     self.marker_ids = {}
     for marker in self.markers:
-      ids = self.encode(marker)
+      ids = self._plain.encode(marker, add_special_tokens=False).ids
       if len(ids) != 1 or ids[0] in self.special_ids:
         raise ValueError(
             f"tokenizer {hf.name_or_path!r}: marker {marker!r} encodes to {ids}, not one "
@@ -127,14 +135,18 @@ class DialogueTokenizer:
     return len(self.hf)
 
   def encode(self, text: str) -> list[int]:
-    """Token ids of plain text, never adding or matching special tokens."""
-    return self._plain.encode(text, add_special_tokens=False).ids
+    """Token ids of " " + text (module docstring; "" stays empty), never adding or matching
+    special tokens."""
+    return self.encode_batch([text])[0]
 
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    return [e.ids for e in self._plain.encode_batch(list(texts), add_special_tokens=False)]
+    return [e.ids for e in self._plain.encode_batch([TEXT_PREFIX + t if t else t for t in texts],
+                                                    add_special_tokens=False)]
 
   def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
-    return self._plain.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    """The text of `ids` without the leading space `encode` added: decode(encode(s)) == s."""
+    text = self._plain.decode(list(ids), skip_special_tokens=skip_special_tokens)
+    return text[len(TEXT_PREFIX):] if text.startswith(TEXT_PREFIX) else text
 
   def save(self, directory: str) -> None:
     self.hf.save_pretrained(directory)

@@ -38,9 +38,10 @@ import numpy as np
 import optax
 import torch
 import transformers
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
+from experiments import cli
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.hf_io import load_hf
 
@@ -50,8 +51,10 @@ SECTION = "## LM core: training and decoding throughput vs transformers + torch"
 _QUICK = flags.DEFINE_bool("quick", False, "Tiny model and few repetitions: a seconds-long smoke run.")
 _OUTPUT = flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
                               "Markdown file whose LM-core section is (re)written.")
-_REPEATS = flags.DEFINE_integer("repeats", None, "Timed repetitions per measurement (median).")
-_THREADS = flags.DEFINE_integer("threads", None, "torch threads; default: the CPUs this process may use.")
+_REPEATS = flags.DEFINE_integer("repeats", None, "Timed repetitions per measurement (median).",
+                                lower_bound=1)
+_THREADS = flags.DEFINE_integer("threads", None, "torch threads; default: the CPUs this process may use.",
+                                lower_bound=1)
 _PROFILE = flags.DEFINE_bool("profile", False, "Also profile our training step and largest-batch "
                              "decode (jax.profiler trace) and add the op breakdown to the report.")
 
@@ -508,6 +511,7 @@ def benchmark_and_report(*, quick: bool, output: str, command: str, repeats: int
 
 def main(argv: list[str]) -> None:
   del argv
+  cli.output_file(_OUTPUT.value, "--output")  # Written after the whole benchmark.
   benchmark_and_report(
       quick=_QUICK.value, output=_OUTPUT.value, repeats=_REPEATS.value, threads=_THREADS.value,
       profile_top=PROFILE_OPS if _PROFILE.value else 0,
@@ -515,4 +519,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

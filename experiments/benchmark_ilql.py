@@ -28,8 +28,9 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from experiments import cli
 from experiments.configs import base_config
 from ilql_dialogue import bc, ilql, sharding, train_loop
 from ilql_dialogue.models.config import ModelConfig
@@ -41,9 +42,11 @@ TARGET = 1.3  # An ILQL step may cost at most this many BC steps.
 _QUICK = flags.DEFINE_bool("quick", False, "Tiny model, few repetitions: a smoke run.")
 _OUTPUT = flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
                               "Markdown file whose ILQL section is (re)written.")
-_REPEATS = flags.DEFINE_integer("repeats", None, "Timed steps per variant (median).")
+_REPEATS = flags.DEFINE_integer("repeats", None, "Timed steps per variant (median).",
+                                lower_bound=1)
 _ACTION_FRACTION = flags.DEFINE_float(
-    "action_fraction", 0.6, "ILQL's action budget K = this share of the window (rounded up to 8).")
+    "action_fraction", 0.6, "ILQL's action budget K = this share of the window (rounded up to 8).",
+    lower_bound=0.0, upper_bound=1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +264,7 @@ def write_section(path: pathlib.Path, section: str) -> None:
 
 def main(argv):
   del argv
+  cli.output_file(_OUTPUT.value, "--output")  # Written after the whole benchmark.
   bench = QUICK if _QUICK.value else FULL
   if _REPEATS.value:
     bench = dataclasses.replace(bench, repeats=_REPEATS.value)
@@ -272,4 +276,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -24,9 +24,9 @@ import math
 import os
 from typing import Any, Sequence
 
-from absl import app, flags
+from absl import flags
 
-from experiments import evaluate_lib
+from experiments import cli, evaluate_lib
 from ilql_dialogue import policy_io, rollout
 
 
@@ -130,11 +130,28 @@ def to_markdown(rows: Sequence[dict[str, Any]], customers: Sequence[str]) -> str
 def main(argv):
   del argv
   f = flags.FLAGS
-  agents = dict(item.split("=", 1) for item in f.agents)
+  agents = {}
+  for item in f.agents:
+    name, sep, spec = item.partition("=")
+    if not (name and sep and spec):
+      raise cli.BadInput(f"--agents: {item!r} is not NAME=SPEC")
+    cli.check_party(spec, "agent", f"--agents {name}")
+    agents[name] = spec
   customers = list(f.customers)
+  for customer in customers:
+    cli.check_party(customer, "customer", "--customers")
+  unknown = sorted(set(f.sweep_agents) - set(agents))
+  if unknown:
+    raise cli.BadInput(f"--sweep_agents: {unknown} not in --agents {sorted(agents)}")
+  try:
+    sweep_betas = [float(b) for b in f.sweep_betas]
+  except ValueError:
+    raise cli.BadInput(f"--sweep_betas={','.join(f.sweep_betas)}: expected numbers") from None
+  if f.corpus_stats:
+    cli.existing_file(f.corpus_stats, "--corpus_stats")
+  cli.output_dir(f.workdir, "--workdir")
   rows = compare(agents, customers, num_dialogues=f.num_dialogues, workdir=f.workdir,
-                 seed=f.seed, batch_size=f.batch_size,
-                 sweep_betas=[float(b) for b in f.sweep_betas],
+                 seed=f.seed, batch_size=f.batch_size, sweep_betas=sweep_betas,
                  sweep_agents=f.sweep_agents or None)
   if f.corpus_stats:
     rows.insert(0, corpus_row(f.corpus_stats, customers))
@@ -151,12 +168,12 @@ if __name__ == "__main__":
                     "scripted_agent:NAME).", required=True)
   flags.DEFINE_list("customers", [f"scripted:{s}" for s in (
       "volunteer", "answer_only", "late_reveal", "terse", "chatty")], "Customer specs.")
-  flags.DEFINE_integer("num_dialogues", 500, "Held-out scenarios per pair.")
+  flags.DEFINE_integer("num_dialogues", 500, "Held-out scenarios per pair.", lower_bound=1)
   flags.DEFINE_string("workdir", None, "Where evaluations and the tables go.", required=True)
   flags.DEFINE_integer("seed", rollout.DEFAULT_SEED, "Scenario seed (held out).")
-  flags.DEFINE_integer("batch_size", 100, "Dialogues played at once.")
+  flags.DEFINE_integer("batch_size", 100, "Dialogues played at once.", lower_bound=1)
   flags.DEFINE_list("sweep_betas", [], "Extra betas for value-guided agents.")
   flags.DEFINE_list("sweep_agents", [], "Names of the agents to sweep (default: every "
                     "value-guided one).")
   flags.DEFINE_string("corpus_stats", "", "stats.json of the training corpus: a 'dataset' row.")
-  app.run(main)
+  cli.run(main)

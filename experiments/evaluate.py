@@ -12,32 +12,42 @@ with one transcript per dialogue in WORKDIR/transcripts_<tag>.jsonl.
 
 import json
 
-from absl import app, flags
+from absl import flags
 
-from experiments import evaluate_lib
+from experiments import cli, evaluate_lib
 from ilql_dialogue import rollout
 
 _AGENT = flags.DEFINE_string("agent", None, "Agent spec.", required=True)
 _CUSTOMER = flags.DEFINE_string("customer", None, "Customer spec.", required=True)
-_NUM = flags.DEFINE_integer("num_dialogues", 100, "Dialogues to play.")
+_NUM = flags.DEFINE_integer("num_dialogues", 100, "Dialogues to play.", lower_bound=1)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where eval_*.json / transcripts_*.jsonl go.",
                                required=True)
 _SEED = flags.DEFINE_integer("seed", rollout.DEFAULT_SEED,
                              "Scenario seed (held out from the training corpora).")
-_BATCH = flags.DEFINE_integer("batch_size", 16, "Dialogues played at once.")
+_BATCH = flags.DEFINE_integer("batch_size", 16, "Dialogues played at once.", lower_bound=1)
 _MAX_TURNS = flags.DEFINE_integer("max_turns", rollout.DEFAULT_MAX_TURNS,
-                                  "Utterances (both sides) before a dialogue fails.")
-_KB_SIZE = flags.DEFINE_integer("kb_size", 30, "Flights per table.")
-_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.")
-_TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k filter; 0 = off.")
-_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus filter; 1 = off.")
-_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Token cap per learned utterance.")
+                                  "Utterances (both sides) before a dialogue fails.",
+                                  lower_bound=1)
+_KB_SIZE = flags.DEFINE_integer("kb_size", 30, "Flights per table.", lower_bound=1)
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.",
+                                  lower_bound=0.0)
+_TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k filter; 0 = off.", lower_bound=0)
+_TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus filter; 1 = off.", lower_bound=0.0,
+                            upper_bound=1.0)
+_MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Token cap per learned utterance.",
+                               lower_bound=1)
 _BETA = flags.DEFINE_float("beta", 0.0, "ILQL value-guidance strength; 0 = the BC policy.")
 _TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the specs, seed and n).")
 
 
 def main(argv):
   del argv
+  agent = cli.check_party(_AGENT.value, "agent", "--agent")
+  cli.check_party(_CUSTOMER.value, "customer", "--customer")
+  if _BETA.value and agent is not None and agent.algorithm.name not in cli.VALUE_GUIDED:
+    raise cli.BadInput(f"--beta={_BETA.value:g} needs value heads ({cli.VALUE_GUIDED}); "
+                       f"--agent={_AGENT.value} was trained with {agent.algorithm.name!r}")
+  cli.output_dir(_WORKDIR.value, "--workdir")
   lm_options = dict(temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
                     max_new_tokens=_MAX_NEW.value, beta=_BETA.value)
   summary = evaluate_lib.evaluate(
@@ -48,4 +58,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -84,6 +84,12 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   return summary
 
 
+def best_beta(success_by_beta: dict[float, float]) -> float:
+  """The guidance strength with the best success; a tie goes to the smallest beta, so
+  guidance that does not help loses to the plain policy (beta = 0)."""
+  return min(success_by_beta, key=lambda b: (-success_by_beta[b], b))
+
+
 def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                    num_dialogues: int = 64, seed: int = rollout.DEFAULT_SEED, kb_size: int = 30,
                    batch_size: int = 16, max_turns: int = rollout.DEFAULT_MAX_TURNS,
@@ -126,9 +132,10 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
   def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
     del step  # The scenarios and seeds stay fixed, so steps are comparable.
     summaries = {float(beta): play(model, float(beta)) for beta in betas}
-    best_beta = max(summaries, key=lambda b: summaries[b]["success_rate"])
-    best = summaries[best_beta]
-    return {"return": best["success_rate"], "best_beta": best_beta,
+    chosen = best_beta({b: s["success_rate"] for b, s in summaries.items()})
+    best = summaries[chosen]
+    return {"return": best["success_rate"],
+            "best_beta": chosen,
             "success_stderr": best["success_stderr"], "mean_turns": best["mean_turns"],
             **{k: best[k] for k in ("status_acc", "flight_acc", "name_acc")},
             **{f"return/beta={b:g}": s["success_rate"] for b, s in summaries.items()}}

@@ -32,11 +32,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
 from data_pipelines import batching, mdp
 from data_pipelines.dialogue import Dialogue, read_jsonl
+from experiments import cli
 from ilql_dialogue import bc, policy_io, sharding, tasks, value_guidance
 from ilql_dialogue.value_heads import ILQLModel
 from ilql_dialogue.generation import sampler
@@ -72,8 +73,9 @@ def token_metrics(model: nnx.Module, task: tasks.Task, config: ml_collections.Co
           "token_accuracy": float(correct / count), "tokens": int(count)}
 
 
-def final_turn_prompt(dialogue: Dialogue, task: tasks.Task) -> np.ndarray:
-  """Token ids of the history before the role's last turn, ending with its speaker token.
+def final_turn_prompt(dialogue: Dialogue, task: tasks.Task, utterance: int = -1) -> np.ndarray:
+  """Token ids of the history before the role's `utterance`-th turn (default: its last),
+  ending with its speaker token.
 
   Built with the MDP builder itself (no window), so the prompt is laid out
   exactly like the training sequences. Raises mdp.NoActionsError when the
@@ -84,8 +86,8 @@ def final_turn_prompt(dialogue: Dialogue, task: tasks.Task) -> np.ndarray:
       include_context=task.include_context)
   actions = np.flatnonzero(example["action_mask"])
   ends = np.flatnonzero(example["utterance_end"])
-  start = actions[actions > ends[-2]][0] if len(ends) > 1 else actions[0]
-  return example["input_ids"][:start]
+  starts = [actions[0]] + [actions[actions > end][0] for end in ends[:-1]]
+  return example["input_ids"][:starts[utterance]]
 
 
 def _left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int):
@@ -188,7 +190,6 @@ def restore_model(workdir: str, step: int | None = None):
   if "task" not in config:
     raise ValueError(f"{workdir}/config.json: field 'task': missing; offline evaluation needs a "
                      "task config (experiments/configs/bc_*.py)")
-  config.model.hf_checkpoint = ""  # The weights come from the checkpoint.
   task = tasks.make_task(config)
   model, step = policy_io.restore_model(workdir, config, step)
   if isinstance(model, ILQLModel):
@@ -215,6 +216,7 @@ def evaluate_run(workdir: str, split: str = "eval", step: int | None = None,
 def main(argv):
   del argv
   flag = flags.FLAGS
+  cli.task_workdir(flag.workdir, "--workdir", flag.step)
   overrides = {} if flag.max_dialogues is None else {"max_dialogues": flag.max_dialogues}
   print(json.dumps(evaluate_run(flag.workdir, flag.split, flag.step, overrides), indent=2))
 
@@ -227,5 +229,5 @@ if __name__ == "__main__":
   flags.DEFINE_integer("step", None, "Checkpoint step (default: the selected best, else the "
                        "latest).")
   flags.DEFINE_integer("max_dialogues", None,
-                       "Held-out dialogues to decode (default: the config's).")
-  app.run(main)
+                       "Held-out dialogues to decode (default: the config's).", lower_bound=0)
+  cli.run(main)

@@ -24,7 +24,7 @@ from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from experiments import evaluate_lib, train_lib
-from ilql_dialogue import policy_io, tasks
+from ilql_dialogue import metrics as metrics_lib, policy_io, tasks
 
 SPLITS = ("train", "eval")
 
@@ -76,14 +76,17 @@ def train_tokenizer(config: ml_collections.ConfigDict, dialogues_path: str, out_
 def run_config(config: ml_collections.ConfigDict, name: str,
                workdir: str) -> ml_collections.ConfigDict:
   """The config of training run `name` (config.runs): its quick config file, with
-  the task data in this workdir and the pipeline's step and evaluation budget."""
+  the task data in this workdir, the run's step and evaluation budget, and its
+  starting checkpoint (`init_from`: an earlier run's name, whose workdir it becomes)."""
   spec = config.runs[name]
   module, _, argument = spec.config.partition(":")
   get_config = importlib.import_module(f"experiments.configs.{module}").get_config
   run = get_config(argument) if argument else get_config()
   run.task.root = workdir
-  run.train.update(steps=config.training.steps, eval_every=config.training.eval_every,
-                   checkpoint_every=config.training.eval_every)
+  run.train.update(steps=spec.steps, eval_every=spec.eval_every,
+                   checkpoint_every=spec.eval_every)
+  if spec.init_from:
+    run.model.init_from = os.path.join(workdir, spec.init_from)
   if run.get("online_eval") is not None and run.online_eval.num_dialogues > 0:
     run.online_eval.num_dialogues = config.training.online_dialogues
   return run
@@ -99,10 +102,32 @@ def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict
   return stats
 
 
-def train_runs(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Trains every run (BC agent, BC customer, ILQL agent); returns their selections."""
-  selections = {}
+def training_order(config: ml_collections.ConfigDict) -> list[str]:
+  """Run names, each after the run it starts from (config.runs.NAME.init_from)."""
+  order: list[str] = []
+
+  def visit(name: str, path: tuple[str, ...]) -> None:
+    if name in order:
+      return
+    if name in path:
+      raise ValueError(f"config.runs: init_from cycle {' -> '.join(path + (name,))}")
+    if name not in config.runs:
+      raise ValueError(f"config.runs.{path[-1]}.init_from={name!r}: no such run")
+    parent = config.runs[name].init_from
+    if parent:
+      visit(parent, path + (name,))
+    order.append(name)
+
   for name in config.runs:
+    visit(name, ())
+  return order
+
+
+def train_runs(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains every run (dialogue LM, BC agent, BC customer, ILQL agent), each after the
+  run it starts from; returns their selections."""
+  selections = {}
+  for name in training_order(config):
     run_dir = os.path.join(workdir, name)
     _stage(f"train {name}", os.path.join(workdir, f".{name}.done"),
            lambda name=name, run_dir=run_dir: train_lib.run(
@@ -158,11 +183,47 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   report["datasets"] = build_task_datasets(config, workdir)
   report["selected_checkpoints"] = train_runs(config, workdir)
   report["evaluation"] = evaluate_pairs(config, workdir, report["selected_checkpoints"])
+  report["learning_curves"] = plot_curves(config, workdir)
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   print(json.dumps(report, indent=2))
   print(format_table(report["evaluation"]))
   return report
+
+
+# (metric key, label) of each run's evaluation records plotted in learning_curves.png; a
+# run with none of them (the customer) shows its held-out loss.
+CURVES = (("skill/agent_name_acc_expected", "agent closing-turn name acc."),
+          ("skill/customer_name_rate", "customer states its name"),
+          ("return", "online success (validation)"))
+
+
+def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """One panel per run: its evaluation metrics over updates (the probes, online success,
+  held-out loss); returns the PNG's path."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  names = training_order(config)
+  fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
+  for ax, name in zip(axes[0], names):
+    records = [r for r in metrics_lib.read_metrics(os.path.join(workdir, name, "metrics.jsonl"))
+               if r["split"] == "eval"]
+    curves = [(key, label) for key, label in CURVES if any(key in r for r in records)]
+    for key, label in curves or [("loss", "held-out loss")]:
+      points = [(r["step"], r[key]) for r in records if key in r]
+      if points:
+        ax.plot(*zip(*points), marker="o", label=label)
+    ax.set_title(name)
+    ax.set_xlabel("updates")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  path = os.path.join(workdir, "learning_curves.png")
+  fig.savefig(path)
+  plt.close(fig)
+  return path
 
 
 def format_table(evaluation: list[dict[str, Any]]) -> str:

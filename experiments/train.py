@@ -11,13 +11,11 @@ flags, or auto-detection on TPU / SLURM / Kubernetes).
 import os
 
 import jax
-from absl import app, flags, logging
-from ml_collections import config_flags
+from absl import flags, logging
 
-from experiments import train_lib
+from experiments import cli, train_lib
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file.",
-                                          lock_config=True)
+_CONFIG = cli.define_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and plots go here.",
                                required=True)
 _DISTRIBUTED = flags.DEFINE_bool("jax_distributed", False,
@@ -30,6 +28,8 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
 
 def main(argv):
   del argv
+  cli.validate_train_config(_CONFIG.value)
+  cli.output_dir(_WORKDIR.value, "--workdir")
   if _DISTRIBUTED.value:
     jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info("JAX %s: process %d/%d, %d devices.", jax.__version__, jax.process_index(),
@@ -38,4 +38,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

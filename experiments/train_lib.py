@@ -20,7 +20,8 @@ import ml_collections
 import numpy as np
 import tokenizers
 
-from ilql_dialogue import registry, train_loop
+from experiments import skill_probes
+from ilql_dialogue import init_from, registry, train_loop
 
 SYNTHETIC_VOCAB = 128  # model.vocab_size for synthetic data when the config leaves it at 0.
 
@@ -117,14 +118,16 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     from ilql_dialogue import tasks
     task = tasks.make_task(config)
     tasks.configure_model(config, task)
+    if jax.process_index() == 0:  # A later run's init_from checks it reads the same ids.
+      task.tokenizer.save(os.path.join(workdir, init_from.TOKENIZER_DIR))
     if hasattr(algorithm, "filter_dataset"):  # Filtered BC trains on its top dialogues only.
       task = dataclasses.replace(task, datasets={
           **task.datasets, "train": algorithm.filter_dataset(task.datasets["train"])})
     train_data = tasks.train_data(task, config)
     eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
-    online = online_eval(task, config)
-    if online is not None:
-      eval_fn = train_loop.merged_evaluators(eval_fn, online)
+    for extra in (online_eval(task, config), skill_probes.probe_fn(config)):
+      if extra is not None:
+        eval_fn = train_loop.merged_evaluators(eval_fn, extra)
   elif config.data.synthetic:
     if config.model.vocab_size <= 0:
       config.model.vocab_size = SYNTHETIC_VOCAB

@@ -26,9 +26,10 @@ import jax
 import jax.numpy as jnp
 import matplotlib
 import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import nnx
 
+from experiments import cli
 from ilql_dialogue import baselines, ilql, policy_io, registry, sharding, tasks, train_loop
 from ilql_dialogue.value_heads import ILQLModel
 
@@ -87,8 +88,6 @@ def calibrate(workdir: str, split: str = "eval", bins: int = 10) -> dict[str, An
   model, step = policy_io.restore_model(workdir, config)
   if not isinstance(model, ILQLModel):
     raise ValueError(f"{workdir}: algorithm {config.algorithm.name!r} has no value head")
-  with config.unlocked():
-    config.model.hf_checkpoint = ""  # The weights come from the checkpoint.
   task = tasks.make_task(config)
   value_cfg = ilql.ILQLConfig.from_config(config.algorithm) if config.algorithm.name == "ilql" \
       else baselines.MCConfig.from_config(config.algorithm)
@@ -150,6 +149,10 @@ def _plot(c: dict[str, np.ndarray], result: dict[str, Any], path: str) -> None:
 
 def main(argv):
   del argv
+  config = cli.task_workdir(flags.FLAGS.workdir, "--workdir")
+  if config.algorithm.name not in cli.VALUE_GUIDED:
+    raise cli.BadInput(f"--workdir={flags.FLAGS.workdir}: trained with "
+                       f"{config.algorithm.name!r}, which has no value head {cli.VALUE_GUIDED}")
   print(json.dumps(calibrate(flags.FLAGS.workdir, flags.FLAGS.split, flags.FLAGS.bins), indent=2))
 
 
@@ -157,5 +160,5 @@ if __name__ == "__main__":
   flags.DEFINE_string("workdir", None, "A training workdir of a value-learning run.",
                       required=True)
   flags.DEFINE_enum("split", "eval", tasks.SPLITS, "Held-out split.")
-  flags.DEFINE_integer("bins", 10, "Quantile bins of the calibration curve.")
-  app.run(main)
+  flags.DEFINE_integer("bins", 10, "Quantile bins of the calibration curve.", lower_bound=1)
+  cli.run(main)

@@ -73,7 +73,7 @@ class FilteredBC(bc.BC):
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "FilteredBC":
-    return cls(config.algorithm.top_fraction, bc.lm_factory(config))
+    return cls(config.algorithm.top_fraction, bc.lm_from_config)
 
   def filter_dataset(self, dataset: datasets.Dataset) -> datasets.Dataset:
     """The examples to train on; call before batching."""
@@ -161,7 +161,7 @@ class MCValue:
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "MCValue":
-    return cls(MCConfig.from_config(config.algorithm), bc.lm_factory(config))
+    return cls(MCConfig.from_config(config.algorithm), bc.lm_from_config)
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
     return ILQLModel(bc.model_config(config), lambda r: self.make_lm(config, r), rngs=rngs,

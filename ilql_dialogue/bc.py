@@ -13,21 +13,18 @@ per-batch maximum. ILQL's vocabulary-sized heads are where gathering pays.
 A task with structured context (the AirDialogue flight table, CALM style)
 adds `prefix_fields` [B, P, F] to its batches; the model is then a `PrefixLM`
 whose StructuredPrefix turns them into P embedding rows before the tokens.
-`config.model.hf_checkpoint` starts the trunk from a Hugging Face checkpoint.
+`config.model.init_from` starts the model from a checkpoint (ilql_dialogue/init_from.py).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 import optax
 from flax import nnx
-from flax.nnx import traversals
 
 from ilql_dialogue.algorithm import Batch, Metrics
 from ilql_dialogue.models.config import ModelConfig
@@ -36,13 +33,13 @@ from ilql_dialogue.models.transformer import Transformer
 
 ModelFactory = Callable[[ml_collections.ConfigDict, nnx.Rngs], nnx.Module]
 PREFIX_FIELDS = "prefix_fields"  # Batch key of the structured context, int32 [B, P, F].
-_NOT_ARCHITECTURE = ("hf_checkpoint",)  # config.model keys that ModelConfig does not take.
+NOT_ARCHITECTURE = ("init_from",)  # config.model keys that ModelConfig does not take.
 
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
   """`config.model` as a ModelConfig (lists from a JSON-restored config become tuples)."""
   fields = {k: tuple(v) if isinstance(v, list) else v
-            for k, v in config.model.to_dict().items() if k not in _NOT_ARCHITECTURE}
+            for k, v in config.model.to_dict().items() if k not in NOT_ARCHITECTURE}
   return ModelConfig(**fields)
 
 
@@ -78,83 +75,6 @@ def lm_from_config(config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> nnx.Mod
   if cfg.prefix_field_vocab_sizes:
     return PrefixLM(cfg, rngs=rngs)
   return Transformer(cfg, rngs=rngs)
-
-
-def _grow_rows(pretrained: np.ndarray, fresh: jax.Array, axis: int) -> jax.Array:
-  """`pretrained` in the first rows along `axis`, the fresh (random) init after them."""
-  if pretrained.shape[axis] > fresh.shape[axis] or any(
-      p != f for i, (p, f) in enumerate(zip(pretrained.shape, fresh.shape)) if i != axis):
-    raise ValueError(f"pretrained shape {pretrained.shape} does not fit into {fresh.shape}")
-  tail = jax.lax.slice_in_dim(fresh, pretrained.shape[axis], fresh.shape[axis], axis=axis)
-  return jnp.concatenate([jnp.asarray(pretrained, fresh.dtype), tail], axis=axis)
-
-
-def pretrained_factory(make_model: ModelFactory, hf_dir: str) -> ModelFactory:
-  """`make_model` with its trunk's weights taken from a Hugging Face checkpoint.
-
-  The checkpoint is read here, on the host, because `Algorithm.init` runs
-  under jit. The weights then enter the init as constants (compile time grows
-  with model size; fine up to GPT-2-small scale). The vocabulary may grow
-  (the dialogue tokens are appended to the tokenizer): new embedding rows keep
-  their random init. Every other shape must match exactly.
-  """
-  from ilql_dialogue.models import hf_io  # Reads safetensors; only needed here.
-
-  _, hf_model = hf_io.load_hf(hf_dir)
-  weights = traversals.flatten_mapping(
-      jax.device_get(nnx.to_pure_dict(nnx.state(hf_model, nnx.Param))), sep=".")
-  del hf_model
-
-  def make(config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> nnx.Module:
-    model = make_model(config, rngs)
-    trunk = model.trunk if isinstance(model, PrefixLM) else model
-    state = nnx.state(trunk, nnx.Param)
-    fresh = traversals.flatten_mapping(nnx.to_pure_dict(state), sep=".")
-    if set(fresh) != set(weights):
-      raise ValueError(f"{hf_dir}: parameters differ from config.model's trunk: missing "
-                       f"{sorted(set(fresh) - set(weights))}, "
-                       f"extra {sorted(set(weights) - set(fresh))}")
-    vocab_axis = {"embed": 0, "lm_head": 1}
-    merged = {name: _grow_rows(weights[name], value, vocab_axis.get(name, 0))
-              for name, value in fresh.items()}
-    nnx.replace_by_pure_dict(state, traversals.unflatten_mapping(merged, sep="."))
-    nnx.update(trunk, state)
-    return model
-
-  return make
-
-
-# ModelConfig fields a Hugging Face config.json decides; the rest (dtype, remat,
-# prefix, init) stay as the experiment config sets them.
-HF_ARCHITECTURE_FIELDS = ("family", "vocab_size", "num_layers", "d_model", "num_heads",
-                          "num_kv_heads", "head_dim", "mlp_dim", "max_seq_len", "norm_eps",
-                          "rope_theta", "qkv_bias", "attn_out_bias", "mlp_bias",
-                          "tie_embeddings")
-
-
-def adopt_hf_architecture(config: ml_collections.ConfigDict) -> None:
-  """Overwrites config.model's architecture with that of `config.model.hf_checkpoint`.
-
-  vocab_size becomes the larger of the checkpoint's and the configured one
-  (a tokenizer with the dialogue tokens appended is larger). Needs an
-  unlocked config; records the architecture in the run's config.json, so the
-  checkpoint can be restored without the HF directory.
-  """
-  import transformers  # Reads config.json only.
-
-  hf_config = transformers.AutoConfig.from_pretrained(config.model.hf_checkpoint,
-                                                      local_files_only=True)
-  arch = dataclasses.asdict(ModelConfig.from_hf_config(hf_config))
-  configured_vocab = config.model.get("vocab_size", 0)
-  for name in HF_ARCHITECTURE_FIELDS:
-    config.model[name] = arch[name]
-  config.model.vocab_size = max(arch["vocab_size"], configured_vocab)
-
-
-def lm_factory(config: ml_collections.ConfigDict) -> ModelFactory:
-  """The model BC trains for `config`: `lm_from_config`, from an HF checkpoint if one is named."""
-  hf_dir = config.model.get("hf_checkpoint", "")
-  return pretrained_factory(lm_from_config, hf_dir) if hf_dir else lm_from_config
 
 
 def positions_from_mask(mask_BxT: jax.Array) -> jax.Array:

@@ -50,6 +50,7 @@ from ilql_dialogue.bc import positions_from_mask
 from ilql_dialogue.value_heads import ILQLModel
 
 DISCOUNT_MODES = ("token", "utterance")
+CQL_NORMALIZATIONS = ("token", "utterance")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +67,17 @@ class ILQLConfig:
   discount: str = "token"  # "token" | "utterance".
   action_fraction: float = 1.0  # K = ceil(action_fraction * (T - 1)), rounded up to 8.
   num_q_heads: int = 2
-  head_hidden_dim: int = 0  # 0 = linear heads.
+  head_hidden_dim: int = -1  # -1 = 2 x d_model (the reference's MLP heads); 0 = linear heads.
   separate_policy: bool = False
   target_trunk: bool = False
+  # Stop the Q / V losses' gradients at the heads' inputs (the reference's detach flags):
+  # with a shared trunk, the trunk then learns from the BC term alone.
+  detach_q: bool = False
+  detach_v: bool = False
+  # "token": CQL averaged over action tokens (the paper). "utterance": each token's term
+  # divided by its utterance's length, then averaged over utterances, so a long utterance
+  # does not inflate Q by its length (docs/RESULTS.md, the CQL bias of the values).
+  cql_normalization: str = "token"
 
   def __post_init__(self):
     problems = []
@@ -80,6 +89,10 @@ class ILQLConfig:
       problems.append(f"polyak_rate={self.polyak_rate} must be in (0, 1]")
     if self.discount not in DISCOUNT_MODES:
       problems.append(f"discount={self.discount!r} not in {DISCOUNT_MODES}")
+    if self.cql_normalization not in CQL_NORMALIZATIONS:
+      problems.append(f"cql_normalization={self.cql_normalization!r} not in {CQL_NORMALIZATIONS}")
+    if self.head_hidden_dim < -1:
+      problems.append(f"head_hidden_dim={self.head_hidden_dim}: -1 (2 x d_model), 0 or a width")
     if not 0.0 < self.action_fraction <= 1.0:
       problems.append(f"action_fraction={self.action_fraction} must be in (0, 1]")
     for name in ("cql_weight", "bc_weight", "awac_temperature"):
@@ -125,6 +138,7 @@ class Transitions(NamedTuple):
   mask_BxK: jax.Array  # Real action slots.
   td_mask_BxK: jax.Array  # Slots usable for TD: terminal, or next state in the window.
   overflow_B: jax.Array  # Actions of each row that did not fit into K (0 when all did).
+  utterance_share_BxK: jax.Array  # 1 / (action tokens of the slot's utterance); 0 for padding.
 
 
 def step_discounts(batch: Batch, gamma: float, mode: str) -> jax.Array:
@@ -145,8 +159,10 @@ def action_positions(action_mask_BxT: jax.Array, num_slots: int) -> tuple[jax.Ar
   return positions_BxK, valid_BxK
 
 
-def gather_transitions(batch: Batch, num_slots: int, gamma: float, mode: str) -> Transitions:
-  """Collects the transitions of every action token into static [B, K] arrays."""
+def gather_transitions(batch: Batch, num_slots: int, gamma: float, mode: str,
+                       per_utterance: bool = False) -> Transitions:
+  """Collects the transitions of every action token into static [B, K] arrays;
+  `per_utterance` fills utterance_share_BxK (else 1 per action)."""
   length = batch["input_ids"].shape[1]
   action_mask_BxT = (batch["action_mask"].astype(bool) & batch["attention_mask"].astype(bool)
                      & (jnp.arange(length) >= 1)[None, :])
@@ -158,6 +174,8 @@ def gather_transitions(batch: Batch, num_slots: int, gamma: float, mode: str) ->
   terminal_BxK = take("terminal").astype(bool) & mask_BxK
   next_BxK = jnp.where(mask_BxK, take("next_token_index"), mdp.NO_STATE)
   gamma_BxK = jnp.take_along_axis(step_discounts(batch, gamma, mode), pos_BxK, axis=1)
+  share_BxT = (1.0 / jnp.maximum(utterance_lengths(action_mask_BxT, batch["utterance_end"]), 1)
+               if per_utterance else jnp.ones(action_mask_BxT.shape, jnp.float32))
   return Transitions(
       state_BxK=pos_BxK - mask_BxK.astype(jnp.int32),  # 0 for padding slots.
       action_BxK=take("input_ids"),
@@ -166,7 +184,22 @@ def gather_transitions(batch: Batch, num_slots: int, gamma: float, mode: str) ->
       next_state_BxK=next_BxK,
       mask_BxK=mask_BxK,
       td_mask_BxK=mdp.td_mask(mask_BxK, terminal_BxK, next_BxK),
-      overflow_B=jnp.maximum(action_mask_BxT.sum(axis=1, dtype=jnp.int32) - num_slots, 0))
+      overflow_B=jnp.maximum(action_mask_BxT.sum(axis=1, dtype=jnp.int32) - num_slots, 0),
+      utterance_share_BxK=jnp.where(mask_BxK, jnp.take_along_axis(share_BxT, pos_BxK, axis=1),
+                                    0.0))
+
+
+def utterance_lengths(action_mask_BxT: jax.Array, utterance_end_BxT: jax.Array) -> jax.Array:
+  """For every position, the number of action tokens in its utterance (O(B T), no T x T)."""
+  length = action_mask_BxT.shape[1]
+  ends_BxT = utterance_end_BxT.astype(jnp.int32)
+  utterance_BxT = jnp.cumsum(ends_BxT, axis=1) - ends_BxT  # An utterance's end token is its own.
+
+  def row(utterance_T, actions_T):
+    counts = jax.ops.segment_sum(actions_T.astype(jnp.int32), utterance_T, num_segments=length + 1)
+    return counts[utterance_T]
+
+  return jax.vmap(row)(utterance_BxT, action_mask_BxT)
 
 
 def gather_rows(values_BxT: jax.Array, index_BxK: jax.Array) -> jax.Array:
@@ -213,7 +246,13 @@ def ilql_loss_terms(qs_BxKxV: Sequence[jax.Array], target_qs_BxKxV: Sequence[jax
   v_loss = masked_mean(expectile_weights(v_diff_BxK, cfg.tau) * jnp.square(v_diff_BxK),
                        tr.mask_BxK)
 
-  cql_loss = sum(masked_mean(jax.nn.logsumexp(q, axis=-1) - q_taken, tr.mask_BxK)
+  if cfg.cql_normalization == "utterance":  # Sum per utterance / utterances.
+    weights_BxK = tr.utterance_share_BxK
+    count = jnp.maximum(weights_BxK.sum(), 1e-6)
+  else:
+    weights_BxK = tr.mask_BxK.astype(jnp.float32)
+    count = jnp.maximum(weights_BxK.sum(), 1.0)
+  cql_loss = sum(((jax.nn.logsumexp(q, axis=-1) - q_taken) * weights_BxK).sum() / count
                  for q, q_taken in zip(qs_BxKxV, q_taken_NxBxK))
 
   advantage_BxK = jax.lax.stop_gradient(v_diff_BxK)
@@ -244,6 +283,11 @@ def ilql_loss_terms(qs_BxKxV: Sequence[jax.Array], target_qs_BxKxV: Sequence[jax
   return loss, metrics
 
 
+def head_width(head_hidden_dim: int, d_model: int) -> int:
+  """The heads' hidden width: -1 means 2 x d_model, as in the ILQL reference."""
+  return 2 * d_model if head_hidden_dim == -1 else head_hidden_dim
+
+
 def trunk_hidden(trunk: nnx.Module, batch: Batch) -> jax.Array:
   """hidden_BxTxD of a trunk on the batch (with its structured prefix, if any)."""
   mask_BxT = batch["attention_mask"].astype(bool)
@@ -263,9 +307,8 @@ def fail_on_overflow(loss: jax.Array, metrics: Metrics, overflow_B: jax.Array
 class ILQL:
   """ILQL as an `Algorithm`: one trunk forward per step with a shared policy.
 
-  `make_lm(config, rngs)` builds each trunk as BC would (bc.lm_factory: a
-  Transformer, a PrefixLM for structured context, from
-  config.model.hf_checkpoint when set).
+  `make_lm(config, rngs)` builds each trunk as BC would (bc.lm_from_config: a
+  Transformer, or a PrefixLM for structured context).
   """
 
   def __init__(self, cfg: ILQLConfig = ILQLConfig(),
@@ -275,19 +318,21 @@ class ILQL:
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "ILQL":
-    return cls(ILQLConfig.from_config(config.algorithm), bc.lm_factory(config))
+    return cls(ILQLConfig.from_config(config.algorithm), bc.lm_from_config)
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
     c = self.cfg
-    return ILQLModel(bc.model_config(config), lambda r: self.make_lm(config, r), rngs=rngs,
-                     num_q_heads=c.num_q_heads, head_hidden_dim=c.head_hidden_dim,
+    cfg = bc.model_config(config)
+    return ILQLModel(cfg, lambda r: self.make_lm(config, r), rngs=rngs,
+                     num_q_heads=c.num_q_heads,
+                     head_hidden_dim=head_width(c.head_hidden_dim, cfg.d_model),
                      separate_policy=c.separate_policy, target_trunk=c.target_trunk)
 
   def loss(self, model: ILQLModel, batch: Batch, rng: jax.Array) -> tuple[jax.Array, Metrics]:
     del rng  # Deterministic.
     c = self.cfg
     tr = gather_transitions(batch, action_budget(batch["input_ids"].shape[1], c.action_fraction),
-                            c.gamma, c.discount)
+                            c.gamma, c.discount, c.cql_normalization == "utterance")
 
     hidden_BxTxD = trunk_hidden(model.trunk, batch)
     state_hidden_BxKxD = gather_rows(hidden_BxTxD, tr.state_BxK)
@@ -297,8 +342,9 @@ class ILQL:
       target_hidden_BxKxD = gather_rows(trunk_hidden(model.target_trunk, batch), tr.state_BxK)
     target_qs_BxKxV = jax.lax.stop_gradient(
         model.q_values(jax.lax.stop_gradient(target_hidden_BxKxD), target=True))
-    qs_BxKxV = model.q_values(state_hidden_BxKxD)
-    v_BxT = model.v_head(hidden_BxTxD)
+    detach = jax.lax.stop_gradient
+    qs_BxKxV = model.q_values(detach(state_hidden_BxKxD) if c.detach_q else state_hidden_BxKxD)
+    v_BxT = model.v_head(detach(hidden_BxTxD) if c.detach_v else hidden_BxTxD)
 
     if model.policy_trunk is None:
       policy_hidden_BxKxD = state_hidden_BxKxD

@@ -118,9 +118,6 @@ def restore_model(workdir: str, config: ml_collections.ConfigDict,
                   step: int | None = None) -> tuple[nnx.Module, int]:
   """The `model` subtree of a checkpoint on one device: `step` of checkpoints/,
   or by default the selected best (best/, when the run selects) else the latest."""
-  fields = config.to_dict()
-  fields["model"].pop("hf_checkpoint", None)  # The weights come from the checkpoint.
-  config = ml_collections.ConfigDict(fields)
   algorithm = registry.make_algorithm(config, f"{workdir}/config.json")
   abstract = nnx.eval_shape(lambda: algorithm.init(config, nnx.Rngs(0)))
   graphdef, abstract_state = nnx.split(abstract)

@@ -1,8 +1,8 @@
 """config.algorithm.name -> the Algorithm it names, for the launcher and for restoring.
 
 One table, so a checkpoint is always rebuilt with the module structure it was
-trained with. A config whose `model.hf_checkpoint` is set starts the trunk
-from those weights; restoring clears it, since the checkpoint has them.
+trained with. Building an algorithm never reads weights: `model.init_from`
+is applied to the initial train state (ilql_dialogue/init_from.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ml_collections
 from ilql_dialogue import baselines, bc, ilql
 
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
-    "bc": lambda config: bc.BC(bc.lm_factory(config)),
+    "bc": lambda config: bc.BC(),
     "ilql": ilql.ILQL.from_config,
     "filtered_bc": baselines.FilteredBC.from_config,
     "mc_value": baselines.MCValue.from_config,

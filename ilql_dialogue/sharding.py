@@ -38,6 +38,9 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("layers", None),
     ("norm", None),
     ("prefix_rows", None),
+    # A value head's hidden layer: replicated, since its output side is "vocab" (tensor)
+    # and a mesh axis may shard only one dimension of an array.
+    ("head_hidden", None),
 )
 
 

@@ -65,7 +65,7 @@ ACTION_ROLES = (AGENT,)  # Roles allowed to write the final action block.
 ACTION_MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
 SCRIPTED_CUSTOMER_PREFIX = "scripted:"
 SCRIPTED_AGENT_PREFIX = "scripted_agent:"
-_CLASS_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+CLASS_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class Party(Protocol):
@@ -212,7 +212,7 @@ def compact(state: sampler.DecodeState) -> sampler.DecodeState:
   changes = {"valid_BxS": valid_BxS,
              "index": jnp.max(jnp.sum(valid_BxS, axis=1, dtype=cache.index.dtype))}
   for field in dataclasses.fields(cache):
-    if field.name not in changes:  # Key/value arrays (a tuple of them for DualTrunk).
+    if field.name not in changes:  # Key/value arrays (a tuple of them for StackedTrunks).
       layout = field.name.split("_", 1)[1]
       changes[field.name] = jax.tree.map(
           lambda kv, layout=layout: _take_slots(kv, layout, order_BxS), getattr(cache, field.name))
@@ -490,7 +490,7 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   if os.path.isdir(spec):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
     return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)
-  if _CLASS_SPEC_RE.match(spec):
+  if CLASS_SPEC_RE.match(spec):
     return load_class(spec, role)
   raise ValueError(f"party spec {spec!r}: expected {SCRIPTED_CUSTOMER_PREFIX}STYLE, "
                    f"{SCRIPTED_AGENT_PREFIX}NAME, a checkpoint workdir (no such directory) or "

@@ -14,7 +14,9 @@ Config fields read here (see experiments/configs/__init__.py for defaults):
   optim.{learning_rate, warmup_steps, final_lr_fraction, b1, b2, eps,
          weight_decay, grad_clip_norm};
   selection.{metric, mode}: with a metric, every evaluation offers the state
-    to checkpointing.BestCheckpoint (workdir/best), which keeps the best one.
+    to checkpointing.BestCheckpoint (workdir/best), which keeps the best one;
+  model.init_from: a fresh run's language models start from that checkpoint
+    (ilql_dialogue/init_from.py).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ilql_dialogue import algorithm as algorithm_lib
-from ilql_dialogue import checkpointing, metrics as metrics_lib, optim, sharding
+from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, optim, sharding
 
 # The task's batches: given the number of updates already done, this host's
 # rows for that step and every later one, [host_batch, ...] numpy arrays of
@@ -243,6 +245,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     start = checkpointer.latest_step()
     if start is None:
       start, state = 0, training.init()
+      if config.model.get("init_from"):
+        state = init_from.into_state(state, training.graphdef, config.model.init_from)
     else:
       state, meta = checkpointer.restore(start, training.restore_target())
       if meta["data_position"] != start:

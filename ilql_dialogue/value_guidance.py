@@ -4,19 +4,23 @@
     sampler.generate(decoding_model(m), state, params, key, max_new_tokens=N,
                      hook=value_guidance(m, beta, batch_size))
 
-Shared trunk: `decoding_model` is the trunk itself, so each token costs ONE
-trunk forward; the hook applies the heads to the hidden state the sampler
+Every head reads the features it was trained on. Shared trunk, no target
+trunk: `decoding_model` is the trunk itself, so each token costs ONE trunk
+forward and the hook applies the heads to the hidden state the sampler
 already computed (generation.logits_processors.ValueGuidance). A separate
-policy trunk needs the value trunk's hidden state too: `DualTrunk` runs both
-trunks on every block (two forwards per token, unavoidable there) and hands
-the sampler their concatenated hidden states.
+policy trunk, or a target trunk (whose features the target Q heads were fit
+to), adds trunks: `StackedTrunks` runs each of them on every block (one
+forward per trunk per token, unavoidable there) and hands the sampler their
+concatenated hidden states [policy | value | target], of which each head
+reads its own slice.
 
 Q is the minimum over the TARGET Q heads by default: those are the Q-hat the
 V expectile was fit against during training, so Q-hat - V is the advantage
-the model learned (models without targets use their online heads). The V term cancels under softmax; it is kept so that
-logged log-probs and later top-k/top-p see the paper's formula. beta is a
-per-row traced array: sweeping it reuses the compiled decoder, and beta = 0
-adds exactly zero, reproducing BC sampling bit for bit.
+the model learned (models without targets use their online heads). The V
+term cancels under softmax; it is kept so that logged log-probs and later
+top-k/top-p see the paper's formula. beta is a per-row traced array: sweeping
+it reuses the compiled decoder, and beta = 0 adds exactly zero, reproducing BC
+sampling bit for bit.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx, struct
 
 from ilql_dialogue.generation import logits_processors as lp
@@ -38,72 +43,105 @@ _LAYER_FIELDS = tuple(f.name for f in dataclasses.fields(KVCache)
                       if f.name not in ("valid_BxS", "index"))
 
 
-class DualTrunk(nnx.Module):
-  """A policy trunk and a value trunk decoded together, for `separate_policy` models.
+class StackedTrunks(nnx.Module):
+  """Several trunks decoded together; the first one is the policy.
 
-  Speaks the trunk contract the sampler uses. Hidden states are
-  [policy | value] concatenated along D, and `logits` reads the policy half.
-  The cache is the sampler's ordinary KVCache whose k/v fields hold the pair
-  (policy, value) after the first call: `cfg` declares both trunks' layers so
-  the sampler allocates room for them, and the first call splits that buffer
-  once; later calls update each trunk's cache in place.
+  Speaks the trunk contract the sampler uses. Hidden states are the trunks'
+  concatenated along D, and `logits` reads the policy's part. The cache is
+  the sampler's ordinary KVCache whose k/v fields hold one array per trunk
+  after the first call: `cfg` declares all trunks' layers so the sampler
+  allocates room for them, and the first call splits that buffer once; later
+  calls update each trunk's cache in place.
   """
 
-  def __init__(self, policy: nnx.Module, values: nnx.Module):
-    p, v = policy.cfg, values.cfg
-    if (p.num_kv_heads, p.head_dim, p.dtype) != (v.num_kv_heads, v.head_dim, v.dtype):
-      raise ValueError(f"DualTrunk: cache layouts differ: policy (kv_heads, head_dim, dtype) = "
-                       f"{(p.num_kv_heads, p.head_dim, p.dtype)}, values = "
-                       f"{(v.num_kv_heads, v.head_dim, v.dtype)}")
-    self.policy = policy
-    self.values = values
-    self.cfg = p.replace(num_layers=p.num_layers + v.num_layers, d_model=p.d_model + v.d_model)
+  def __init__(self, *trunks: nnx.Module):
+    first = trunks[0].cfg
+    for trunk in trunks[1:]:
+      t = trunk.cfg
+      if (t.num_kv_heads, t.head_dim, t.dtype) != (first.num_kv_heads, first.head_dim,
+                                                   first.dtype):
+        raise ValueError(f"StackedTrunks: cache layouts differ: (kv_heads, head_dim, dtype) = "
+                         f"{(first.num_kv_heads, first.head_dim, first.dtype)} and "
+                         f"{(t.num_kv_heads, t.head_dim, t.dtype)}")
+    self.trunks = nnx.List(trunks)
+    self.cfg = first.replace(num_layers=sum(t.cfg.num_layers for t in trunks),
+                             d_model=sum(t.cfg.d_model for t in trunks))
+
+  @property
+  def _widths(self) -> list[int]:
+    return [t.cfg.d_model for t in self.trunks]
+
+  def _pieces(self, x_xD: jax.Array) -> list[jax.Array]:
+    bounds = np.cumsum(self._widths)[:-1]
+    return jnp.split(x_xD, bounds, axis=-1)
 
   def embed_prefix(self, fields_BxPxF: jax.Array) -> jax.Array:
-    """Both trunks' structured-prefix rows, [policy | value] along D like the hidden states."""
-    return jnp.concatenate([self.policy.embed_prefix(fields_BxPxF),
-                            self.values.embed_prefix(fields_BxPxF)], -1)
+    """Every trunk's structured-prefix rows, concatenated along D like the hidden states."""
+    return jnp.concatenate([t.embed_prefix(fields_BxPxF) for t in self.trunks], -1)
 
   def __call__(self, tokens_BxT, positions_BxT, token_mask_BxT, *, cache=None, prefix_BxPxD=None):
-    split = self.policy.cfg.d_model
-    extra = [{}, {}] if prefix_BxPxD is None else [
-        {"prefix_BxPxD": prefix_BxPxD[..., :split]}, {"prefix_BxPxD": prefix_BxPxD[..., split:]}]
-    caches = (None, None) if cache is None else self._split(cache)
-    policy_BxTxD, policy_cache = self.policy(tokens_BxT, positions_BxT, token_mask_BxT,
-                                             cache=caches[0], **extra[0])
-    values_BxTxD, values_cache = self.values(tokens_BxT, positions_BxT, token_mask_BxT,
-                                             cache=caches[1], **extra[1])
-    hidden_BxTxD = jnp.concatenate([policy_BxTxD, values_BxTxD.astype(policy_BxTxD.dtype)], -1)
+    prefixes = ([None] * len(self.trunks) if prefix_BxPxD is None
+                else self._pieces(prefix_BxPxD))
+    caches = [None] * len(self.trunks) if cache is None else self._split(cache)
+    hidden, new_caches = [], []
+    for trunk, trunk_cache, prefix in zip(self.trunks, caches, prefixes):
+      extra = {} if prefix is None else {"prefix_BxPxD": prefix}
+      h_BxTxD, new_cache = trunk(tokens_BxT, positions_BxT, token_mask_BxT, cache=trunk_cache,
+                                 **extra)
+      hidden.append(h_BxTxD.astype(hidden[0].dtype) if hidden else h_BxTxD)
+      new_caches.append(new_cache)
+    hidden_BxTxD = jnp.concatenate(hidden, -1)
     if cache is None:
       return hidden_BxTxD, None
-    return hidden_BxTxD, policy_cache.replace(**{
-        name: (getattr(policy_cache, name), getattr(values_cache, name))
-        for name in _LAYER_FIELDS})
+    return hidden_BxTxD, new_caches[0].replace(**{
+        name: tuple(getattr(c, name) for c in new_caches) for name in _LAYER_FIELDS})
 
-  def _split(self, cache: KVCache) -> tuple[KVCache, KVCache]:
-    """(policy, values) caches; a fresh, stacked cache is split along layers (once)."""
-    layers = self.policy.cfg.num_layers
-    pairs = {}
+  def _split(self, cache: KVCache) -> list[KVCache]:
+    """One cache per trunk; a fresh, stacked cache is split along layers (once)."""
+    bounds = np.cumsum([t.cfg.num_layers for t in self.trunks])[:-1]
+    parts = {}
     for name in _LAYER_FIELDS:
       stacked = getattr(cache, name)
-      pairs[name] = stacked if isinstance(stacked, tuple) else (stacked[:layers],
-                                                                stacked[layers:])
-    return tuple(cache.replace(**{name: pair[i] for name, pair in pairs.items()})
-                 for i in range(2))
+      parts[name] = stacked if isinstance(stacked, tuple) else tuple(
+          jnp.split(stacked, bounds, axis=0))
+    return [cache.replace(**{name: part[i] for name, part in parts.items()})
+            for i in range(len(self.trunks))]
 
   def logits(self, hidden_BxNxD: jax.Array) -> jax.Array:
-    return self.policy.logits(hidden_BxNxD[..., :self.policy.cfg.d_model])
+    return self.trunks[0].logits(hidden_BxNxD[..., :self._widths[0]])
 
 
 @struct.dataclass
 class OnSlice:
-  """Applies `head` to hidden[..., start:] (the value half of DualTrunk's hidden state)."""
+  """Applies `head` to hidden[..., start:start + width] (one trunk's part of StackedTrunks')."""
 
   head: Any
   start: int = struct.field(pytree_node=False)
+  width: int = struct.field(pytree_node=False)
 
   def __call__(self, hidden_xD: jax.Array) -> jax.Array:
-    return self.head(hidden_xD[..., self.start:])
+    return self.head(hidden_xD[..., self.start:self.start + self.width])
+
+
+def _trunks(model: ILQLModel) -> dict[str, nnx.Module]:
+  """The trunks decoding runs, policy first: {"policy"[, "value"][, "target"]}."""
+  trunks = {"policy": model.policy}
+  if model.policy_trunk is not None:
+    trunks["value"] = model.trunk
+  if model.target_trunk is not None:
+    trunks["target"] = model.target_trunk
+  return trunks
+
+
+def _feature_starts(model: ILQLModel) -> dict[str, int]:
+  """Where each head family's features start in the decoder's hidden state."""
+  starts, offset = {}, 0
+  for name, trunk in _trunks(model).items():
+    starts[name] = offset
+    offset += trunk.cfg.d_model
+  starts.setdefault("value", starts["policy"])
+  starts.setdefault("target", starts["value"])
+  return starts
 
 
 def decoding_model(model: ILQLModel) -> nnx.Module:
@@ -111,9 +149,8 @@ def decoding_model(model: ILQLModel) -> nnx.Module:
 
   With a structured context, prefill with `prefix_BxPxD=decoding_model(m).embed_prefix(fields)`.
   """
-  if model.policy_trunk is None:
-    return model.trunk
-  return DualTrunk(model.policy_trunk, model.trunk)
+  trunks = list(_trunks(model).values())
+  return trunks[0] if len(trunks) == 1 else StackedTrunks(*trunks)
 
 
 def value_guidance(model: ILQLModel, beta: Any, batch_size: int, *,
@@ -123,9 +160,9 @@ def value_guidance(model: ILQLModel, beta: Any, batch_size: int, *,
   `beta` is a scalar or one value per row (traced; 0 = plain BC sampling).
   `q_source`: "target" or "online" heads; None takes the target heads when the
   model has them (ILQL) and the online ones otherwise (Monte-Carlo
-  regression, baselines.MCValue). "online" also suits a model trained with a
-  target trunk, whose target heads were fit to that trunk's features rather
-  than the decoder's.
+  regression, baselines.MCValue). Each head reads the trunk it was trained
+  on: V and online Q the value trunk, target Q the target trunk when the
+  model has one.
   """
   if q_source is None:
     q_source = "online" if model.target_q_heads is None else "target"
@@ -134,9 +171,14 @@ def value_guidance(model: ILQLModel, beta: Any, batch_size: int, *,
   heads = model.target_q_heads if q_source == "target" else model.q_heads
   if heads is None:
     raise ValueError("value_guidance: the model has no target Q heads; use q_source='online'")
-  q_heads, v_head = tuple(heads), model.v_head
-  if model.policy_trunk is not None:
-    start = model.policy_trunk.cfg.d_model
-    q_heads, v_head = tuple(OnSlice(h, start) for h in q_heads), OnSlice(v_head, start)
-  return lp.ValueGuidance(q_heads=q_heads, v_head=v_head,
+  starts = _feature_starts(model)
+  q_start = starts["target" if q_source == "target" else "value"]
+  stacked = len(_trunks(model)) > 1
+  width = model.trunk.cfg.d_model  # The value and target trunks are the same size.
+
+  def reading(head, start):
+    return OnSlice(head, start, width) if stacked else head
+
+  return lp.ValueGuidance(q_heads=tuple(reading(h, q_start) for h in heads),
+                          v_head=reading(model.v_head, starts["value"]),
                           beta_B=lp.row_values(beta, batch_size, jnp.float32))

@@ -12,7 +12,7 @@ from flax import nnx
 from experiments import offline_eval, pipeline_lib
 from experiments import train_lib as launcher
 from experiments.configs import quickstart
-from ilql_dialogue import bc, metrics, policy_io, registry, sharding, tasks, train_loop
+from ilql_dialogue import bc, init_from, metrics, policy_io, registry, sharding, tasks, train_loop
 from ilql_dialogue.models import hf_io
 
 CONFIGS = ("bc_airdialogue", "bc_airdialogue_customer", "bc_persuasion", "bc_persuasion_persuadee")
@@ -79,7 +79,7 @@ def test_config_and_its_quick_variant_load(name):
   for config in (full, quick):
     assert config.algorithm.name == "bc"
     assert (config.task.name, config.task.role) == ROLES[name]
-    assert config.model.vocab_size == 0 and config.model.hf_checkpoint == ""
+    assert config.model.vocab_size == 0 and config.model.init_from == ""
     assert config.task.max_length <= config.model.max_seq_len
   assert full.model.d_model == 768 and full.model.num_layers == 12  # GPT-2 small.
   assert quick.model.d_model <= 128 and quick.model.num_layers <= 2
@@ -128,7 +128,7 @@ def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
   transformers.GPT2LMHeadModel(transformers.GPT2Config(
       vocab_size=300, n_positions=512, n_embd=32, n_layer=1, n_head=2)).save_pretrained(hf_dir)
   config = tiny(load("bc_airdialogue_quick"), data)
-  config.model.hf_checkpoint = hf_dir
+  config.model.init_from = hf_dir
   task = tasks.make_task(config)
   with pytest.raises(ValueError, match="set config.task.tokenizer"):
     tasks.configure_model(config, task)
@@ -140,7 +140,8 @@ def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
   mesh = sharding.make_mesh()
   with sharding.mesh_context(mesh):
     training = train_loop.build_training(config, registry.ALGORITHMS["bc"](config), mesh)
-    model = nnx.merge(training.graphdef, training.init()).model
+    model = nnx.merge(training.graphdef, init_from.into_state(
+        training.init(), training.graphdef, hf_dir)).model
   _, reference = hf_io.load_hf(hf_dir)
   ours = nnx.to_pure_dict(nnx.state(model.trunk, nnx.Param))
   theirs = nnx.to_pure_dict(nnx.state(reference, nnx.Param))

@@ -1,5 +1,6 @@
 """`make run`'s pipeline end to end at a test's size: data, tokenizer, task datasets, BC
-agent, BC customer and ILQL agent with online checkpoint selection, evaluation, report."""
+agent and BC customer from the dialogue LM, ILQL from the BC agent, online checkpoint
+selection, evaluation, report."""
 
 import json
 import os
@@ -12,7 +13,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   config = quickstart.get_config()
   config.airdialogue.update(train_dialogues=24, eval_dialogues=6)
   config.tokenizer.vocab_size = 400
-  config.training.update(steps=2, eval_every=2, online_dialogues=2)
+  config.training.update(online_dialogues=2)
   config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
   make_run_config = pipeline_lib.run_config
 
@@ -20,8 +21,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
     c = make_run_config(config, name, workdir)
     c.model.update(num_layers=1, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
                    mlp_dim=64)
-    c.train.update(batch_size=4, progress_bar=False)
+    c.train.update(steps=2, eval_every=2, checkpoint_every=2, batch_size=4, progress_bar=False)
     c.data.eval_batches = 1
+    c.skill_probes.update(num_dialogues=min(c.skill_probes.num_dialogues, 2), batch_size=2,
+                          max_new_tokens=8)
     if c.online_eval.num_dialogues:
       c.online_eval.update(batch_size=2, max_turns=4, max_new_tokens=8)
     return c
@@ -32,12 +35,20 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
 
   assert report["airdialogue/train"]["n"] == 24
   assert set(report["datasets"]) == {"agent_prefix/train", "agent_prefix/eval",
-                                     "customer_text/train", "customer_text/eval"}
+                                     "customer_text/train", "customer_text/eval",
+                                     "lm_prefix/train", "lm_prefix/eval"}
   selected = report["selected_checkpoints"]
   assert selected["bc_customer"] is None  # The simulator keeps its latest checkpoint.
+  assert selected["dialogue_lm"] is None  # So does the pretrained trunk.
+  # Every party started from the dialogue LM, and ILQL from the BC agent.
+  for name, parent in (("bc_agent", "dialogue_lm"), ("bc_customer", "dialogue_lm"),
+                       ("ilql_agent", "bc_agent")):
+    with open(os.path.join(workdir, name, "config.json")) as f:
+      assert json.load(f)["model"]["init_from"] == os.path.join(workdir, parent)
+  assert os.path.exists(report["learning_curves"])
   for agent in ("bc_agent", "ilql_agent"):
     assert selected[agent]["step"] == 2 and selected[agent]["metric"] == "return"
-  assert selected["ilql_agent"]["eval"]["best_beta"] in (1.0, 4.0, 16.0)
+  assert selected["ilql_agent"]["eval"]["best_beta"] in (0.0, 1.0, 4.0, 16.0)
   pairs = [(r["agent"], r["customer"]) for r in report["evaluation"]]
   assert pairs == [tuple(p) for p in config.evaluation.pairs]
   for r in report["evaluation"]:

@@ -185,7 +185,8 @@ def test_p4g_build_keeps_the_split_held_out_and_states_donations(tmp_path):
     assert loader.parse_donation(last) == d["meta"]["donation"] <= 2.0
   tokenizer, loaded = tasks.load_role_datasets(built["persuadee"])
   assert set(built) == {"persuader", "persuadee"} and len(loaded["eval"]) == 2
-  assert [len(tokenizer.encode(m)) for m in persuasion.MARKERS] == [1, 1]  # Single-id markers.
+  assert all(tokenizer.encode(m)[-1] == tokenizer.marker_ids[m]  # Single-id markers.
+             for m in persuasion.MARKERS)
   first = loaded["train"][0]
   assert first["input_ids"][0] == tokenizer.context_id  # context="text": the persona is read.
   assert "age=41" in tokenizer.decode(first["input_ids"][:first["input_ids"].index(
@@ -219,7 +220,7 @@ def test_final_turn_prompt_ends_with_the_speaker_token_of_the_last_turn(tmp_path
   assert prompt[0] == task.tokenizer.dialogue_id  # Prefix context: no table tokens.
   assert prompt[-1] == task.tokenizer.speaker_token_ids["agent"]
   last = max(i for i, t in enumerate(dialogue.turns) if t.speaker == "agent")
-  history = "".join(f"<|{t.speaker}|>{t.text}<|eot|>" for t in dialogue.turns[:last])
+  history = "".join(f"<|{t.speaker}|> {t.text}<|eot|>" for t in dialogue.turns[:last])
   assert task.tokenizer.decode(prompt) == f"<|dialogue|>{history}<|agent|>"
 
 

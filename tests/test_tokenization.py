@@ -55,7 +55,8 @@ def test_save_and_reload_with_auto_tokenizer(tmp_path):
   for string in special_strings(tok):
     assert hf.convert_tokens_to_ids(string) == tok.hf.convert_tokens_to_ids(string)
   text = "Please book the Delta flight for Maria."
-  assert hf.encode(text, add_special_tokens=False) == tok.encode(text)
+  # Our encoding prepends the one space every text gets (tokenization.TEXT_PREFIX).
+  assert hf.encode(tokenization.TEXT_PREFIX + text, add_special_tokens=False) == tok.encode(text)
   again = tokenization.load_tokenizer(str(tmp_path))
   assert again.roles == ROLES
   assert again.speaker_token_ids == tok.speaker_token_ids
@@ -105,7 +106,7 @@ def test_load_gpt2_directory_adds_missing_tokens_and_keeps_ids(tmp_path):
   assert tok.vocab_size == len(vocab) + 1 + len(DIALOGUE_SPECIALS)
   assert min(tok.eot_id, tok.context_id, tok.dialogue_id, *tok.speaker_token_ids.values()) >= len(vocab)
   text = "Hello, I would like to book a flight from JFK to LAX."
-  assert tok.encode(text) == base.encode(text, add_special_tokens=False)
+  assert tok.encode(text) == base.encode(tokenization.TEXT_PREFIX + text, add_special_tokens=False)
   assert not set(tok.encode("<|endoftext|><|eot|>")) & tok.special_ids
 
   tok.save(str(tmp_path / "completed"))

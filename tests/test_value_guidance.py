@@ -5,6 +5,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx, struct
 
 from ilql_dialogue import value_guidance as vg
@@ -19,16 +20,19 @@ NEW = 4
 
 
 @functools.cache
-def _model(separate_policy=False, targets=True):
+def _model(separate_policy=False, targets=True, target_trunk=False):
   # A large init gives peaked, distinct Q and logits, so greedy paths are
   # decided by the formula, not by float rounding.
   cfg = ModelConfig.gpt2(vocab_size=VOCAB, num_layers=1, d_model=32, num_heads=2,
                          max_seq_len=16, init_std=0.5)
   if not targets:  # The Monte-Carlo baseline's model: one online Q head.
     return ILQLModel(cfg, rngs=nnx.Rngs(1), num_q_heads=1, target_q=False)
-  model = ILQLModel(cfg, rngs=nnx.Rngs(0), separate_policy=separate_policy)
+  model = ILQLModel(cfg, rngs=nnx.Rngs(0), separate_policy=separate_policy,
+                    target_trunk=target_trunk)
   for head in model.target_q_heads:  # Targets start as copies; make them differ.
     head.out_kernel[...] = head.out_kernel[...] * 1.5
+  if target_trunk:
+    model.target_trunk.embed[...] = jnp.flip(model.target_trunk.embed[...], axis=0)
   return model
 
 
@@ -53,8 +57,11 @@ def _guided_scores(graphdef, state, tokens_BxT, last, beta_B):
   hidden = model.trunk(tokens_BxT, positions, mask)[0][:, last]
   policy_hidden = (hidden if model.policy_trunk is None
                    else model.policy_trunk(tokens_BxT, positions, mask)[0][:, last])
-  q = functools.reduce(jnp.minimum, model.q_values(
-      hidden, target=model.target_q_heads is not None))
+  target_hidden = (hidden if model.target_trunk is None
+                   else model.target_trunk(tokens_BxT, positions, mask)[0][:, last])
+  targets = model.target_q_heads is not None
+  q = functools.reduce(jnp.minimum, model.q_values(target_hidden if targets else hidden,
+                                                   target=targets))
   return model.policy.logits(policy_hidden) + beta_B[:, None] * (q - model.v_head(hidden)[:, None])
 
 
@@ -91,6 +98,18 @@ def test_models_without_targets_are_guided_by_their_online_heads():
   model = _model(targets=False)
   tokens, _ = _generate(model, beta_B, jax.random.key(0), temperature=0.0)
   np.testing.assert_array_equal(tokens, _reference_greedy(model, beta_B))
+
+
+@pytest.mark.parametrize("separate_policy", [False, True])
+def test_target_q_heads_read_the_target_trunk_while_decoding(separate_policy):
+  """Training fits the target heads on the target trunk's features; guidance must too."""
+  model = _model(separate_policy=separate_policy, target_trunk=True)
+  beta_B = np.array([2.0, 4.0, 8.0], np.float32)
+  tokens, _ = _generate(model, beta_B, jax.random.key(0), temperature=0.0)
+  np.testing.assert_array_equal(tokens, _reference_greedy(model, beta_B))
+  # The online trunk's features would decode differently (the test can fail).
+  online_only = _model(separate_policy=separate_policy)
+  assert not np.array_equal(tokens, _reference_greedy(online_only, beta_B))
 
 
 def test_separate_policy_trunk_decodes_with_both_trunks():

@@ -18,16 +18,15 @@ import json
 import operator
 import os
 import resource
-import sys
 import time
 from typing import Any, Iterable, Mapping
 
-from absl import app
 from absl import flags
 import pyarrow as pa
 
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
+from experiments import cli
 
 _DATA = flags.DEFINE_string("data", None, "Official data.json.")
 _KB = flags.DEFINE_string("kb", None, "Line-aligned official kb.json.")
@@ -208,14 +207,15 @@ def convert(data_path: str, kb_path: str, out_path: str, batch_size: int = 4096)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv
+  cli.existing_file(_DATA.value, "--data")
+  cli.existing_file(_KB.value, "--kb")
+  cli.output_file(_OUT.value, "--out")
   start = time.perf_counter()
   try:
     rows = convert(_DATA.value, _KB.value, _OUT.value, _BATCH_SIZE.value)
-  except (official_io.AirDialogueFormatError, OSError) as e:
-    print(e, file=sys.stderr)
-    sys.exit(1)
+  except (official_io.AirDialogueFormatError, OSError) as e:  # FILE:LINE: field 'F': reason.
+    raise cli.BadInput(str(e)) from None
   peak_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux.
   print(json.dumps({
       "rows": rows,
@@ -226,4 +226,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["data", "kb", "out"])
-  app.run(main)
+  cli.run(main)

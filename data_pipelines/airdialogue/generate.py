@@ -9,10 +9,10 @@ mixes). The same flags always produce byte-identical files.
 
 from __future__ import annotations
 
-from absl import app
 from absl import flags
 
-from data_pipelines.airdialogue import selfplay
+from data_pipelines.airdialogue import agents, customers, selfplay
+from experiments import cli
 
 _OUT_DIR = flags.DEFINE_string(
     "out_dir", None, "Directory for data.json, kb.json and stats.json.", required=True)
@@ -26,9 +26,16 @@ _AGENT_MIX = flags.DEFINE_string(
     "agent_mix", ",".join(f"{k}:{v}" for k, v in selfplay.DEFAULT_AGENT_MIX.items()),
     "Agent skills and weights, 'name:w,name:w'.")
 _MAX_TURNS = flags.DEFINE_integer(
-    "max_turns", selfplay.DEFAULT_MAX_TURNS, "Utterance cap per dialogue.")
+    "max_turns", selfplay.DEFAULT_MAX_TURNS, "Utterance cap per dialogue.", lower_bound=1)
+
+
 def main(argv):
   del argv
+  for flag, known, what in ((_CUSTOMER_MIX, customers.STYLES, "customer"),
+                            (_AGENT_MIX, agents.AGENTS, "agent")):
+    with cli.reported_as(f"--{flag.name}"):
+      selfplay.parse_mix(flag.value, known, what)
+  cli.output_dir(_OUT_DIR.value, "--out_dir")
   stats = selfplay.write_corpus(_OUT_DIR.value, _NUM.value, _SEED.value, _KB_SIZE.value,
                        _CUSTOMER_MIX.value, _AGENT_MIX.value, _MAX_TURNS.value)
   print(f"wrote {stats['n']} dialogues to {_OUT_DIR.value}: "
@@ -36,4 +43,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

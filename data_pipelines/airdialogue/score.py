@@ -11,16 +11,15 @@ input exits non-zero with `FILE:LINE: field 'F': reason` on stderr.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Iterator
 
-from absl import app
 from absl import flags
 
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import solver
+from experiments import cli
 
 _DATA = flags.DEFINE_string("data", None, "Official data.json (one dialogue per line).")
 _KB = flags.DEFINE_string(
@@ -50,16 +49,17 @@ def score_files(data_path: str, kb_path: str | None = None) -> dict[str, float]:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  del argv
+  cli.existing_file(_DATA.value, "--data")
+  if _KB.value:
+    cli.existing_file(_KB.value, "--kb")
   try:
     result = score_files(_DATA.value, _KB.value)
-  except (official_io.AirDialogueFormatError, OSError) as e:
-    print(e, file=sys.stderr)
-    sys.exit(1)
+  except (official_io.AirDialogueFormatError, OSError) as e:  # FILE:LINE: field 'F': reason.
+    raise cli.BadInput(str(e)) from None
   print(json.dumps(result))
 
 
 if __name__ == "__main__":
   flags.mark_flag_as_required("data")
-  app.run(main)
+  cli.run(main)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import os
-from typing import Any, Iterable, Iterator, Mapping, Protocol
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import tqdm
@@ -101,7 +101,7 @@ def _timestamps(lines: list[str], rng: np.random.Generator) -> list[int]:
 
 
 def generate_samples(
-    seed: int,
+    seed: int | Sequence[int],
     n: int,
     kb_size: int = 30,
     customer_mix: Mapping[str, float] | str = DEFAULT_CUSTOMER_MIX,
@@ -110,6 +110,9 @@ def generate_samples(
     progress: bool = False,
 ) -> Iterator[schema.Sample]:
   """`n` self-play samples, lazily; the same arguments always give the same samples.
+
+  `seed` is numpy SeedSequence entropy: an int, or a list of ints for streams
+  that must stay apart from the integer seeds (tasks/airdialogue_lm.py).
 
   The mixes are checked here, before anything is generated or written.
   """

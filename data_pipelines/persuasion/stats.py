@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 from typing import Any, Sequence
 
-from absl import app
 from absl import flags
 import numpy as np
 
 from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.persuasion import loader
+from experiments import cli
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Persuasion for Good folder; default <repo>/../shared/data/persuasionforgood")
-_TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.1, "Share of dialogue ids held out.")
+_TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.1, "Share of dialogue ids held out.",
+                                    lower_bound=0.0, upper_bound=1.0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the train/test split.")
 
 
@@ -60,11 +62,17 @@ def corpus_stats(dialogues: Sequence[dialogue_lib.Dialogue], test_fraction: floa
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  dialogues = loader.load_dialogues(_DATA_DIR.value)
+  del argv
+  data_dir = cli.existing_dir(_DATA_DIR.value or loader.default_data_dir(), "--data_dir")
+  for name in (loader.FULL_DIALOG, loader.FULL_INFO, loader.ANNOTATED_DIALOG):
+    if not os.path.isfile(os.path.join(data_dir, name)):
+      raise cli.BadInput(f"--data_dir={data_dir}: {name} missing; not a Persuasion for Good folder")
+  try:
+    dialogues = loader.load_dialogues(data_dir)
+  except loader.PersuasionFormatError as e:  # FILE:LINE: field 'F': reason.
+    raise cli.BadInput(str(e)) from None
   print(json.dumps(corpus_stats(dialogues, _TEST_FRACTION.value, _SEED.value), indent=2))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

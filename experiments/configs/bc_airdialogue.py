@@ -7,9 +7,11 @@
 
 The agent reads its flight table as CALM's structured prefix (32 rows of
 learned field embeddings, ilql_dialogue/tasks/airdialogue.py); `context=text`
-spells it out in ~575 tokens instead. To start from a Hugging Face checkpoint
-(its architecture replaces the one below, and the data is re-tokenized with
-its tokenizer): --config.model.hf_checkpoint=DIR --config.task.tokenizer=DIR.
+spells it out in ~575 tokens instead. To start from a checkpoint
+(ilql_dialogue/init_from.py): --config.model.init_from=WORKDIR (a run on the same
+tokenizer, e.g. the pipeline's dialogue LM), or a Hugging Face directory / .gguf
+file, whose architecture replaces the one below and whose tokenizer the data is
+re-tokenized with: --config.model.init_from=DIR --config.task.tokenizer=DIR.
 """
 
 import ml_collections
@@ -50,7 +52,7 @@ def get_config() -> ml_collections.ConfigDict:
       family="gpt2", vocab_size=0, num_layers=12, d_model=768, num_heads=12, num_kv_heads=12,
       head_dim=64, mlp_dim=3072, max_seq_len=1024, qkv_bias=True, attn_out_bias=True,
       mlp_bias=True, tie_embeddings=True, dtype="bfloat16", param_dtype="float32",
-      prefix_field_vocab_sizes=(), prefix_num_rows=0, hf_checkpoint=""))
+      prefix_field_vocab_sizes=(), prefix_num_rows=0, init_from=""))
   c.data = ml_collections.ConfigDict(dict(
       eval_batches=8,  # Held-out batches for the loss logged during training.
       bucket_boundaries=(),  # () = powers of two up to the longest example.
@@ -58,6 +60,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.offline_eval = ml_collections.ConfigDict(dict(
       batch_size=64, max_new_tokens=64, max_dialogues=0, max_batches=0))
   c.online_eval = online_eval_section()
+  # experiments/skill_probes.py: greedy closing-turn / name-turn decodings of held-out
+  # dialogues at every evaluation (0 = off).
+  c.skill_probes = ml_collections.ConfigDict(dict(num_dialogues=0, batch_size=32,
+                                                  max_new_tokens=48))
   c.selection.metric = "return"  # Keep the checkpoint with the best online success.
   c.train.steps = 20_000
   c.train.batch_size = 64

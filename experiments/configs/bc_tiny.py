@@ -19,7 +19,8 @@ def get_config() -> ml_collections.ConfigDict:
   # ModelConfig fields (ilql_dialogue/models/config.py); vocab_size=0 = from the data.
   c.model = ml_collections.ConfigDict(dict(
       family="llama", vocab_size=0, num_layers=2, d_model=64, num_heads=4, num_kv_heads=2,
-      head_dim=16, mlp_dim=256, max_seq_len=512))
+      head_dim=16, mlp_dim=256, max_seq_len=512,
+      init_from=""))  # A checkpoint to start from (ilql_dialogue/init_from.py).
   c.data = ml_collections.ConfigDict(dict(
       dataset_dir="",  # Built by `python -m data_pipelines.build_dataset`.
       eval_dataset_dir="",  # Optional held-out MDP dataset: loss metrics logged as "eval".

@@ -2,7 +2,7 @@
 
     make run  # AirDialogue corpora and tokenizer in runs/quickstart
     python -m experiments.train --config=experiments/configs/ilql_airdialogue.py \
-        --workdir=runs/ilql_airdialogue [--config.model.hf_checkpoint=DIR ...]
+        --workdir=runs/ilql_airdialogue [--config.model.init_from=BC_WORKDIR ...]
     python -m experiments.offline_eval --workdir=runs/ilql_airdialogue
 
 Task, model and data are bc_airdialogue.py's (structured flight-table prefix),

@@ -16,8 +16,10 @@ import ml_collections
 from experiments.configs import bc_airdialogue_quick
 
 
-# Value-guidance strengths tried at each online evaluation (BRIEF section 3: 1-16).
-GUIDANCE_BETAS = (1.0, 4.0, 16.0)
+# Value-guidance strengths tried at each online evaluation (BRIEF section 3: 1-16), and
+# beta = 0, the plain policy: selection must be able to say guidance does not help. Ties go
+# to the first, so an unhelpful guidance loses to beta = 0.
+GUIDANCE_BETAS = (0.0, 1.0, 4.0, 16.0)
 
 
 def ilql_section(**overrides) -> ml_collections.ConfigDict:
@@ -37,9 +39,12 @@ def ilql_section(**overrides) -> ml_collections.ConfigDict:
       # stops training with `actions_over_budget` > 0 (raise it, up to 1.0).
       action_fraction=1.0,
       num_q_heads=2,
-      head_hidden_dim=0,
+      head_hidden_dim=-1,  # 2 x d_model, the reference's MLP heads; 0 = linear.
       separate_policy=False,
       target_trunk=False,
+      detach_q=False,
+      detach_v=False,
+      cql_normalization="token",  # "utterance": CQL per utterance, not per token.
   ), **overrides))
 
 

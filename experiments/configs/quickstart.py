@@ -24,16 +24,19 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer = ml_collections.ConfigDict()
   config.tokenizer.vocab_size = 2048
 
-  # Run name -> experiments/configs module (":argument" for get_config).
+  # Run name -> experiments/configs module (":argument" for get_config), its updates, how
+  # often it evaluates (online evaluations pick each agent's checkpoint) and the run it
+  # starts from (init_from, "" = random init). Every party starts from the dialogue LM.
   config.runs = ml_collections.ConfigDict({
-      name: ml_collections.ConfigDict(dict(config=module)) for name, module in (
-          ("bc_agent", "bc_airdialogue_quick"),
-          ("bc_customer", "bc_airdialogue_customer_quick"),
-          ("ilql_agent", "ilql_airdialogue_quick"),
+      name: ml_collections.ConfigDict(dict(config=module, steps=steps, eval_every=every,
+                                           init_from=parent))
+      for name, module, steps, every, parent in (
+          ("dialogue_lm", "lm_airdialogue_quick", 1200, 300, ""),
+          ("bc_agent", "bc_airdialogue_quick", 300, 150, "dialogue_lm"),
+          ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm"),
+          ("ilql_agent", "ilql_airdialogue_quick", 300, 150, "bc_agent"),
       )})
   config.training = ml_collections.ConfigDict(dict(
-      steps=300,
-      eval_every=150,  # Online evaluations that pick each agent's checkpoint.
       online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
   ))
   # (agent, customer): run names or party specs (ilql_dialogue/simulators.py).

@@ -29,9 +29,9 @@ class Head(nnx.Module):
     in_dim, in_name = cfg.d_model, "embed"
     if hidden_dim:
       self.hidden_kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, hidden_dim),
-                                 ("embed", "mlp"), pd)
-      self.hidden_bias = param(rngs, zeros, (hidden_dim,), ("mlp",), pd)
-      in_dim, in_name = hidden_dim, "mlp"
+                                 ("embed", "head_hidden"), pd)
+      self.hidden_bias = param(rngs, zeros, (hidden_dim,), ("head_hidden",), pd)
+      in_dim, in_name = hidden_dim, "head_hidden"
     else:
       self.hidden_kernel = self.hidden_bias = None
     self.out_kernel = param(rngs, normal(cfg.init_std), (in_dim, out_dim), (in_name, out_name), pd)

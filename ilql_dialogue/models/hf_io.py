@@ -51,8 +51,8 @@ def load_hf(path: str | pathlib.Path, **config_overrides: Any) -> tuple[ModelCon
   hf_config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
   cfg = ModelConfig.from_hf_config(hf_config, **config_overrides)
   tensors = _read_safetensors(path)
-  to_ours = _gpt2_to_ours if cfg.family == "gpt2" else _llama_to_ours
-  ours = to_ours(_TensorSource(tensors, path), cfg)
+  to_ours = gpt2_to_ours if cfg.family == "gpt2" else llama_to_ours
+  ours = to_ours(TensorSource(tensors, path), cfg)
 
   abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
   graphdef, state = nnx.split(abstract)
@@ -87,7 +87,7 @@ def export_hf(model: Transformer, cfg: ModelConfig, path: str | pathlib.Path,
     _copy_tokenizer(pathlib.Path(tokenizer_dir), path)
 
 
-class _TensorSource:
+class TensorSource:
   """Checkpoint tensors by name; remembers which were used so leftovers are reported."""
 
   def __init__(self, tensors: dict[str, np.ndarray], path: pathlib.Path):
@@ -136,7 +136,7 @@ def _copy_tokenizer(src: pathlib.Path, dst: pathlib.Path) -> None:
 # GPT-2 -----------------------------------------------------------------------
 
 
-def _gpt2_to_ours(src: _TensorSource, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def gpt2_to_ours(src: TensorSource, cfg: ModelConfig) -> dict[str, np.ndarray]:
   prefix = "transformer." if src.has("transformer.wte.weight") else ""
   h, dh, d, n = cfg.num_heads, cfg.head_dim, cfg.d_model, cfg.num_layers
   layer = prefix + "h.{}."
@@ -205,7 +205,7 @@ def _gpt2_to_hf(ours: dict[str, np.ndarray], cfg: ModelConfig) -> dict[str, np.n
 # Llama / Qwen2 ---------------------------------------------------------------
 
 
-def _llama_to_ours(src: _TensorSource, cfg: ModelConfig) -> dict[str, np.ndarray]:
+def llama_to_ours(src: TensorSource, cfg: ModelConfig) -> dict[str, np.ndarray]:
   k, g, dh, d, n = cfg.num_kv_heads, cfg.num_groups, cfg.head_dim, cfg.d_model, cfg.num_layers
   attn, mlp = "model.layers.{}.self_attn.", "model.layers.{}.mlp."
 

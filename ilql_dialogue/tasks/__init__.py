@@ -9,7 +9,7 @@ and Persuasion for Good differ only in the `Task` their module builds.
 Config fields (config.task): name ("airdialogue" | "persuasion"), role,
 context, root (the pipeline's workdir, e.g. runs/quickstart), max_length,
 tokenizer ("" = the BPE trained on the corpus; a directory = that HF
-tokenizer, e.g. the one of `model.hf_checkpoint`, with the dialogue tokens
+tokenizer, e.g. the one of a `model.init_from` HF / GGUF model, with the dialogue tokens
 appended), and the task module's own. The datasets live in
 
     {root}/datasets/{name}_{role}_{context}_L{max_length}[_{tokenizer name}]/{train,eval}
@@ -36,7 +36,7 @@ import numpy as np
 from data_pipelines import batching, mdp, mdp_dataset
 from data_pipelines.dialogue import Dialogue, read_jsonl
 from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
-from ilql_dialogue import bc
+from ilql_dialogue import bc, init_from
 
 SPLITS = ("train", "eval")
 TASK_MODULES = ("airdialogue", "persuasion")
@@ -77,6 +77,9 @@ class Task:
   include_context: bool
   prefix: TablePrefix | None = None
   final_turn_metrics: FinalTurnMetricsFn | None = None
+  # config -> the loop's TrainData, for a task that streams its training rows instead of
+  # reading datasets["train"] (e.g. tasks/airdialogue_lm.py).
+  train_stream: Callable[[ml_collections.ConfigDict], Any] | None = None
 
 
 def dataset_dir(root: str, name: str, role: str, context: str, max_length: int,
@@ -155,25 +158,29 @@ def make_task(config: ml_collections.ConfigDict) -> Task:
 
 
 def configure_model(config: ml_collections.ConfigDict, task: Task) -> None:
-  """Fills in what config.model takes from the data: vocabulary, prefix, HF architecture.
+  """Fills in what config.model takes from the data: vocabulary, prefix, source architecture.
 
-  vocab_size <= 0 takes the tokenizer's size rounded up to VOCAB_MULTIPLE;
-  with `model.hf_checkpoint` the architecture comes from its config.json and
-  the embedding table is at least the checkpoint's.
+  vocab_size <= 0 takes the tokenizer's size rounded up to VOCAB_MULTIPLE.
+  With `model.init_from` (ilql_dialogue/init_from.py): a Hugging Face or GGUF
+  source decides the architecture and needs the data in its vocabulary
+  (config.task.tokenizer); a training workdir must share this task's tokenizer.
   """
   model = config.model
   vocab = task.tokenizer.vocab_size
-  if model.get("hf_checkpoint") and not config.task.get("tokenizer"):
-    raise ValueError(f"config.model.hf_checkpoint={model.hf_checkpoint!r} needs the data in its "
-                     "own vocabulary: set config.task.tokenizer to its tokenizer directory")
+  spec = model.get("init_from", "")
+  source = init_from.parse(spec) if spec else None
+  if source is not None and source.kind != "workdir" and not config.task.get("tokenizer"):
+    raise ValueError(f"config.model.init_from={spec!r} needs the data in its own vocabulary: "
+                     "set config.task.tokenizer to its tokenizer directory")
+  if source is not None:
+    init_from.check_tokenizer(spec, task.tokenizer)
   with config.unlocked():
     if model.vocab_size <= 0:
       model.vocab_size = -(-vocab // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
     elif model.vocab_size < vocab:
       raise ValueError(f"config.model.vocab_size={model.vocab_size} is smaller than the "
                        f"tokenizer of task {task.name}/{task.role} ({vocab} ids)")
-    if model.get("hf_checkpoint"):
-      bc.adopt_hf_architecture(config)
+    init_from.adopt_architecture(config)
     if task.prefix is None:
       model.prefix_field_vocab_sizes, model.prefix_num_rows = (), 0
     else:
@@ -203,7 +210,9 @@ def _boundaries(config: ml_collections.ConfigDict) -> tuple[int, ...] | None:
 
 def train_data(task: Task, config: ml_collections.ConfigDict):
   """The loop's TrainData: resumable length-bucketed batches of this host's rows
-  (each host reads only its share from Arrow; batching.batches)."""
+  (each host reads only its share from Arrow; batching.batches), or the task's own stream."""
+  if task.train_stream is not None:
+    return task.train_stream(config)
   dataset = task.datasets["train"]
   host = (jax.process_index(), jax.process_count())
 

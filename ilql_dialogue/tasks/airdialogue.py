@@ -193,7 +193,12 @@ def build_datasets(root: str, role: str, context: str, max_length: int,
 
 
 def make_task(task_config: ml_collections.ConfigDict) -> tasks.Task:
+  """The task of config.task.role; role "lm" is the dialogue LM of both roles
+  (tasks/airdialogue_lm.py)."""
   role, context = task_config.role, task_config.context
+  if role == "lm":
+    from ilql_dialogue.tasks import airdialogue_lm
+    return airdialogue_lm.make_task(task_config)
   built = build_datasets(task_config.root, role, context, task_config.max_length,
                          task_config.tokenizer or None)
   tokenizer, loaded = tasks.load_role_datasets(built)

@@ -1,0 +1,160 @@
+"""Every command-line main answers bad input with one line that names it, exit status 1 and no
+traceback (experiments/cli.py). The mains run as subprocesses, all at once: each spends its
+seconds importing JAX before it checks anything."""
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_pipelines import mdp_dataset
+from data_pipelines.dialogue import Dialogue, Turn
+from data_pipelines.tokenization import train_tokenizer
+from experiments import cli
+from experiments.configs import bc_tiny
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROLES = ("agent", "customer")
+TURNS = ("Hi, I need a flight to Boston next week.", "Sure. What dates work for you?",
+         "Leaving on the 12th, back on the 14th.", "Done, your flight is booked.")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+  """MDP datasets of both roles with one tokenizer, an agent dataset with another, and a
+  training workdir of the customer (its config and an empty checkpoint: enough to be checked)."""
+  root = tmp_path_factory.mktemp("cli")
+  dialogues = [Dialogue(f"d{i}", ROLES, tuple(Turn(ROLES[(j + 1) % 2], text)
+                                              for j, text in enumerate(TURNS)), {}, 1.0)
+               for i in range(4)]
+  texts = list(TURNS) * 10
+  tokenizers = {"a": train_tokenizer(texts, ROLES, vocab_size=300),
+                "b": train_tokenizer(texts[::-1], ROLES, vocab_size=280)}
+  out = {"root": str(root), "data_json": str(root / "data.json")}
+  open(out["data_json"], "w").close()
+  for name, role, tok in (("agent", "agent", "a"), ("customer", "customer", "a"),
+                          ("agent_b", "agent", "b")):
+    out[name] = str(root / name)
+    mdp_dataset.build_dataset(dialogues, tokenizers[tok], role, 64,
+                              cache_dir=str(root / f"{name}.cache")).save_to_disk(out[name])
+    tokenizers[tok].save(os.path.join(out[name], "tokenizer"))
+  config = bc_tiny.get_config()
+  config.data.dataset_dir = out["customer"]
+  out["customer_run"] = str(root / "customer_run")
+  os.makedirs(os.path.join(out["customer_run"], "checkpoints", "3"))
+  with open(os.path.join(out["customer_run"], "config.json"), "w") as f:
+    json.dump(config.to_dict(), f)
+  return out
+
+
+def train(p, *overrides):
+  return ("experiments.train", "--config=experiments/configs/bc_tiny.py",
+          f"--workdir={p['root']}/run", *overrides)
+
+
+# name -> (paths -> (module and flags, what stderr must name)).
+CASES = {
+    "train: missing dataset dir": lambda p: (
+        train(p, "--config.data.dataset_dir=/nonexistent/mdp"),
+        ["config.data.dataset_dir=/nonexistent/mdp: no such directory"]),
+    "train: eval dataset of the other role": lambda p: (
+        train(p, f"--config.data.dataset_dir={p['agent']}",
+              f"--config.data.eval_dataset_dir={p['customer']}"),
+        [f"config.data.eval_dataset_dir={p['customer']}: built for role 'customer'"]),
+    "train: eval dataset of another tokenizer": lambda p: (
+        train(p, f"--config.data.dataset_dir={p['agent']}",
+              f"--config.data.eval_dataset_dir={p['agent_b']}"),
+        [f"config.data.eval_dataset_dir={p['agent_b']}: tokenizer differs"]),
+    "train: unknown config field": lambda p: (
+        train(p, "--config.data.datset_dir=x"),
+        ["--config.data.datset_dir=x: config.data has no field 'datset_dir'"]),
+    "train: unknown algorithm": lambda p: (
+        train(p, f"--config.data.dataset_dir={p['agent']}", "--config.algorithm.name=ppo"),
+        ["config.algorithm.name='ppo': unknown algorithm"]),
+    "train: missing config file": lambda p: (
+        ("experiments.train", "--config=experiments/configs/nope.py", f"--workdir={p['root']}"),
+        ["--config=experiments/configs/nope.py: no such config file"]),
+    "pipeline: unknown config field": lambda p: (
+        ("experiments.pipeline", f"--workdir={p['root']}/pipe", "--config.training.stpes=3"),
+        ["config.training has no field 'stpes'"]),
+    "evaluate: agent trained as the customer": lambda p: (
+        ("experiments.evaluate", f"--agent={p['customer_run']}", "--customer=scripted:terse",
+         f"--workdir={p['root']}/eval"),
+        [f"--agent={p['customer_run']}: trained to play 'customer'"]),
+    "offline_eval: missing workdir": lambda p: (
+        ("experiments.offline_eval", "--workdir=/nonexistent/run"),
+        ["--workdir=/nonexistent/run: no such directory"]),
+    "value_calibration: not a training workdir": lambda p: (
+        ("experiments.value_calibration", f"--workdir={p['agent']}"),
+        [f"--workdir={p['agent']}: no config.json"]),
+    "compare_agents: missing agent workdir": lambda p: (
+        ("experiments.compare_agents", "--agents=bc=/nonexistent/run",
+         f"--workdir={p['root']}/compare"),
+        ["--agents bc=/nonexistent/run: no such directory"]),
+    "benchmark: missing output directory": lambda p: (
+        ("experiments.benchmark", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
+        ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
+    "benchmark_ilql: missing output directory": lambda p: (
+        ("experiments.benchmark_ilql", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
+        ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
+    "benchmark_smollm2: missing output directory": lambda p: (
+        ("experiments.benchmark_smollm2", "--output=/nonexistent/dir/BENCHMARKS.md"),
+        ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
+    "build_dataset: missing dialogues": lambda p: (
+        ("data_pipelines.build_dataset", "--dialogues=/nonexistent/d.jsonl",
+         f"--tokenizer={p['agent']}/tokenizer", "--role=agent", "--max_length=64",
+         f"--out={p['root']}/built"),
+        ["--dialogues=/nonexistent/d.jsonl: no such file"]),
+    "generate: unknown customer style": lambda p: (
+        ("data_pipelines.airdialogue.generate", f"--out_dir={p['root']}/gen",
+         "--customer_mix=grumpy:1"),
+        ["--customer_mix", "unknown names ['grumpy']"]),
+    "score: missing data file": lambda p: (
+        ("data_pipelines.airdialogue.score", "--data=/nonexistent/data.json"),
+        ["--data=/nonexistent/data.json: no such file"]),
+    "arrow: missing kb file": lambda p: (
+        ("data_pipelines.airdialogue.arrow", f"--data={p['data_json']}",
+         "--kb=/nonexistent/kb.json", f"--out={p['root']}/corpus.arrow"),
+        ["--kb=/nonexistent/kb.json: no such file"]),
+    "persuasion stats: missing data dir": lambda p: (
+        ("data_pipelines.persuasion.stats", "--data_dir=/nonexistent/p4g"),
+        ["--data_dir=/nonexistent/p4g: no such directory"]),
+}
+
+
+def _run(module, *flags):
+  return subprocess.run([sys.executable, "-m", module, *flags], cwd=REPO, capture_output=True,
+                        text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def results(paths):
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    futures = {name: pool.submit(_run, *case(paths)[0]) for name, case in CASES.items()}
+  return {name: future.result() for name, future in futures.items()}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_input_is_one_line_naming_it(name, paths, results):
+  out = results[name]
+  assert out.returncode == 1, out.stderr[-3000:]
+  assert "Traceback" not in out.stderr, out.stderr[-3000:]
+  errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+  assert len(errors) == 1, out.stderr[-3000:]
+  for expected in CASES[name](paths)[1]:
+    assert expected in errors[0]
+
+
+def test_good_input_and_every_shipped_config_pass(paths):
+  """The checks reject nothing that trains: matching datasets, and every config file's fields."""
+  config = bc_tiny.get_config()
+  config.data.update(dataset_dir=paths["agent"], eval_dataset_dir=paths["agent"])
+  cli.validate_train_config(config)
+  for entry in sorted(os.listdir(os.path.join(REPO, "experiments", "configs"))):
+    name = entry.removesuffix(".py")
+    if entry.endswith(".py") and name not in ("__init__", "quickstart", "bc_tiny"):
+      module = __import__(f"experiments.configs.{name}", fromlist=["get_config"])
+      cli.check_train_fields(module.get_config(), name)
