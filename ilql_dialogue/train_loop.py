@@ -245,8 +245,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     start = checkpointer.latest_step()
     if start is None:
       start, state = 0, training.init()
-      if config.model.get("init_from"):
-        state = init_from.into_state(state, training.graphdef, config.model.init_from)
+      spec = (config.get("model") or {}).get("init_from")
+      if spec:
+        state = init_from.into_state(state, training.graphdef, spec)
     else:
       state, meta = checkpointer.restore(start, training.restore_target())
       if meta["data_position"] != start:

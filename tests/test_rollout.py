@@ -208,8 +208,9 @@ def test_markers_are_single_plain_ids_that_round_trip(tmp_path):
   tok = marker_tokenizer()
   assert tok.vocab_size <= 600
   ids = {m: tok.encode(m) for m in MARKERS}
-  assert all(len(v) == 1 for v in ids.values())
-  assert {m: v[0] for m, v in ids.items()} == tok.marker_ids
+  # One id each, after the space every encoded text starts with (tokenization.TEXT_PREFIX).
+  assert {m: v[-1] for m, v in ids.items()} == tok.marker_ids
+  assert all(tok.decode(v[:-1]) == "" for v in ids.values())
   assert not set(tok.marker_ids.values()) & tok.special_ids
   text = "Booked. [action] status=book flight=1001 name=Ann Lee [/action] x[action]y"
   encoded = tok.encode(text)
@@ -228,7 +229,7 @@ def test_markers_can_be_added_to_an_old_tokenizer_directory(tmp_path):
   assert tokenization.load_tokenizer(str(tmp_path)).markers == ()  # Backward compatible.
   new = tokenization.load_tokenizer(str(tmp_path), markers=MARKERS)
   assert new.marker_ids == {"[action]": old.vocab_size, "[/action]": old.vocab_size + 1}
-  assert new.encode("hello [action] there")[2] == new.marker_ids["[action]"]
+  assert new.marker_ids["[action]"] in new.encode("hello [action] there")
   with pytest.raises(ValueError, match="markers"):
     tokenization.train_tokenizer(["x"], ("agent",), vocab_size=300, markers=("<|eot|>",))
 

@@ -31,10 +31,10 @@ def get_config() -> ml_collections.ConfigDict:
       name: ml_collections.ConfigDict(dict(config=module, steps=steps, eval_every=every,
                                            init_from=parent))
       for name, module, steps, every, parent in (
-          ("dialogue_lm", "lm_airdialogue_quick", 1200, 300, ""),
-          ("bc_agent", "bc_airdialogue_quick", 300, 150, "dialogue_lm"),
+          ("dialogue_lm", "lm_airdialogue_quick", 600, 300, ""),
+          ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm"),
           ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm"),
-          ("ilql_agent", "ilql_airdialogue_quick", 300, 150, "bc_agent"),
+          ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent"),
       )})
   config.training = ml_collections.ConfigDict(dict(
       online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
