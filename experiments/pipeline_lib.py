@@ -23,7 +23,7 @@ from absl import logging
 from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
-from experiments import evaluate_lib, train_lib
+from experiments import customer_fidelity, evaluate_lib, train_lib
 from ilql_dialogue import metrics as metrics_lib, policy_io, tasks
 
 SPLITS = ("train", "eval")
@@ -162,9 +162,16 @@ def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
           lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens})
     with open(summary_path) as f:
       summary = json.load(f)
-    results.append({"agent": agent, "customer": customer, "beta": beta,
-                    **{k: summary[k] for k in ("n", "success_rate", "success_stderr",
-                                               "mean_turns", "end_reasons")}})
+    row = {"agent": agent, "customer": customer, "beta": beta,
+           **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
+                                      "end_reasons")}}
+    if customer in config.runs:  # Does the learned simulator say what its intent says?
+      fidelity = customer_fidelity.fidelity(
+          customer_fidelity.read_transcripts(summary["transcripts"]))
+      row["customer_fidelity"] = {
+          "stated_correctly": {f: r["stated_correctly"] for f, r in fidelity["fields"].items()},
+          "customer_action_blocks": fidelity["customer_action_blocks"]}
+    results.append(row)
   return results
 
 

@@ -1,0 +1,24 @@
+"""customer_fidelity reads each intent field back from the customer's turns."""
+
+import json
+
+from experiments import customer_fidelity, evaluate_lib
+
+
+def test_a_scripted_customer_states_its_intent_and_a_liar_does_not(tmp_path):
+  summary = evaluate_lib.evaluate("scripted_agent:oracle", "scripted:volunteer", num_dialogues=6,
+                                  workdir=str(tmp_path), batch_size=6)
+  transcripts = customer_fidelity.read_transcripts(summary["transcripts"])
+  honest = customer_fidelity.fidelity(transcripts)
+  assert honest["dialogues"] == 6 and honest["customer_action_blocks"] == 0
+  for field in ("name", "goal"):
+    assert honest["fields"][field] == {"n": 6, "stated_correctly": 1.0, "stated_wrong": 0.0,
+                                       "never_stated": 0.0}
+  # The same dialogues with every customer turn replaced: the name is now wrong or absent.
+  for t in transcripts:
+    for turn in t["turns"]:
+      if turn["speaker"] == "customer":
+        turn["text"] = "My name is Zed Quux. Hello."
+  liar = customer_fidelity.fidelity(json.loads(json.dumps(transcripts)))
+  assert liar["fields"]["name"]["stated_wrong"] == 1.0
+  assert liar["fields"]["goal"]["never_stated"] == 1.0
