@@ -4,14 +4,13 @@ pretrained trunk learns a copying skill in fewer updates than a random one."""
 import os
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 from flax.nnx import traversals
 
 from experiments.configs import bc_tiny, ilql_airdialogue_quick
-from ilql_dialogue import bc, ilql, init_from, policy_io, registry, sharding, train_loop
+from ilql_dialogue import bc, init_from, policy_io, registry, sharding, train_loop
 from ilql_dialogue.value_heads import Target
 
 VOCAB = 64
