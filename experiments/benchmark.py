@@ -41,7 +41,7 @@ import transformers
 from absl import flags
 from flax import nnx
 
-from experiments import cli
+from experiments import bench_report, cli
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.hf_io import load_hf
 
@@ -316,16 +316,8 @@ def render_profile(title: str, profile: list[tuple[float, int, str]], top: int) 
 
 
 def machine_description(threads: int) -> dict[str, str]:
-  cpu = platform.processor() or "unknown"
-  try:
-    for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-      if line.startswith("model name"):
-        cpu = line.split(":", 1)[1].strip()
-        break
-  except OSError:
-    pass
   return {
-      "cpu": cpu,
+      "cpu": bench_report.cpu_name(),
       "cores": f"{len(os.sched_getaffinity(0))} usable ({os.cpu_count()} online); torch threads {threads}",
       "versions": (f"python {platform.python_version()}, jax {jax.__version__}, flax "
                    f"{flax.__version__}, optax {optax.__version__}, torch {torch.__version__}, "
@@ -483,20 +475,6 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
   ])
 
 
-def write_section(path: pathlib.Path, section: str) -> None:
-  """Replaces this benchmark's section (up to the next `## ` heading), keeping the rest."""
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  section = section.rstrip("\n") + "\n\n"
-  start = text.find(SECTION)
-  if start < 0:
-    text = text.rstrip("\n") + "\n\n" + section
-  else:
-    end = text.find("\n## ", start + len(SECTION))
-    text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(text.rstrip("\n") + "\n")
-
-
 def benchmark_and_report(*, quick: bool, output: str, command: str, repeats: int | None = None,
                          threads: int | None = None, profile_top: int = 0) -> dict[str, Any]:
   """Runs both sides, (re)writes the markdown section in `output`, returns the raw numbers."""
@@ -505,7 +483,7 @@ def benchmark_and_report(*, quick: bool, output: str, command: str, repeats: int
     bc = dataclasses.replace(bc, repeats=repeats)
   threads = threads or len(os.sched_getaffinity(0))
   results = run(bc, threads, profile_top)
-  write_section(pathlib.Path(output), render(bc, results, command, threads))
+  bench_report.write_section(pathlib.Path(output), SECTION, render(bc, results, command, threads))
   return results
 
 

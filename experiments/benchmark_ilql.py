@@ -30,7 +30,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from experiments import cli
+from experiments import bench_report, cli
 from experiments.configs import base_config
 from ilql_dialogue import bc, ilql, sharding, train_loop
 from ilql_dialogue.models.config import ModelConfig
@@ -203,11 +203,7 @@ def render(bench: BenchConfig, results: dict[str, Any], command: str) -> str:
                  f"{t['wall_s'] / base['wall_s']:.2f}x | {t['cpu_s'] / base['cpu_s']:.2f}x | "
                  f"{t['flops'] / base['flops']:.2f}x | {t['compile_s']:.0f} s |")
   ilql_ratio = results["rows"][1][1]["wall_s"] / base["wall_s"]
-  cpu = platform.processor() or "unknown"
-  for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-    if line.startswith("model name"):
-      cpu = line.split(":", 1)[1].strip()
-      break
+  cpu = bench_report.cpu_name()
   load = lambda key: " / ".join(f"{x:.2f}" for x in results[key])
   return "\n".join([
       SECTION,
@@ -250,18 +246,6 @@ def render(bench: BenchConfig, results: dict[str, Any], command: str) -> str:
   ])
 
 
-def write_section(path: pathlib.Path, section: str) -> None:
-  """Replaces this benchmark's section (up to the next `## ` heading), keeping the rest."""
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  if SECTION in text:
-    head, rest = text.split(SECTION, 1)
-    following = rest.find("\n## ")
-    text = head + section + ("\n" + rest[following + 1:] if following >= 0 else "")
-  else:
-    text = text.rstrip("\n") + "\n\n" + section
-  path.write_text(text)
-
-
 def main(argv):
   del argv
   cli.output_file(_OUTPUT.value, "--output")  # Written after the whole benchmark.
@@ -272,7 +256,7 @@ def main(argv):
   command = "python -m experiments.benchmark_ilql " + " ".join(sys.argv[1:])
   section = render(bench, results, command.strip())
   print(section)
-  write_section(pathlib.Path(_OUTPUT.value), section)
+  bench_report.write_section(pathlib.Path(_OUTPUT.value), SECTION, section)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import numpy as np
 from absl import flags
 from flax import nnx
 
-from experiments import cli
+from experiments import bench_report, cli
 from experiments.configs import base_config
 from ilql_dialogue import bc, sharding, train_loop
 from ilql_dialogue.models import gguf_io
@@ -111,9 +111,7 @@ def render(results: dict[str, Any], batch: int, seq_len: int, repeats: int, comm
            path: pathlib.Path) -> str:
   cfg, tokens = results["cfg"], batch * seq_len
   flops = 6 * matmul_params(cfg) * tokens
-  cpu = next((line.split(":", 1)[1].strip() for line in
-              pathlib.Path("/proc/cpuinfo").read_text().splitlines()
-              if line.startswith("model name")), platform.processor() or "unknown")
+  cpu = bench_report.cpu_name()
   load = lambda key: " / ".join(f"{x:.2f}" for x in results[key])  # noqa: E731
   return "\n".join([
       SECTION,
@@ -153,18 +151,6 @@ def render(results: dict[str, Any], batch: int, seq_len: int, repeats: int, comm
   ])
 
 
-def write_section(path: pathlib.Path, section: str) -> None:
-  """Replaces this benchmark's section (up to the next `## ` heading), or appends it."""
-  text = path.read_text() if path.exists() else "# Benchmarks\n"
-  start = text.find(SECTION)
-  if start < 0:
-    text = text.rstrip("\n") + "\n\n" + section
-  else:
-    end = text.find("\n## ", start + len(SECTION))
-    text = text[:start] + section + (text[end:] if end >= 0 else "")
-  path.write_text(text.rstrip("\n") + "\n")
-
-
 def main(argv: list[str]) -> None:
   del argv
   output = pathlib.Path(cli.output_file(_OUTPUT.value, "--output"))
@@ -176,7 +162,7 @@ def main(argv: list[str]) -> None:
   command = " ".join(["python -m experiments.benchmark_smollm2", *sys.argv[1:]])
   section = render(results, _BATCH.value, _SEQ_LEN.value, _REPEATS.value, command, path)
   print(section)
-  write_section(output, section)
+  bench_report.write_section(output, SECTION, section)
 
 
 if __name__ == "__main__":
