@@ -11,8 +11,17 @@ token batches, in float32, with the same number of CPU threads:
     optimizer.step());
   * decoding: prefill a [B, P] prompt, then exactly N greedy tokens (ours:
     sampler.prefill + sampler.generate; theirs: model.generate with use_cache
-    and min_new_tokens = max_new_tokens = N).
-Every number is a median over repetitions after a warm-up call.
+    and min_new_tokens = max_new_tokens = N);
+  * sequence length: training tokens/s of both sides at a fixed number of
+    tokens per step (batch x length) for each of `seq_lens`;
+  * memory: our step's peak (XLA's buffer assignment of the compiled step:
+    arguments + temporaries + outputs - donated aliases) per token, and the
+    longest power-of-two sequence whose step compiles to fit this machine's
+    available memory at the training batch (compiled only, never run).
+Every timing is a median over repetitions after a warm-up call. MFU is
+against the measured float32 matmul peak of the machine it runs on; no GPU
+or TPU was lent to the runs in docs/BENCHMARKS.md, so there is no bf16
+accelerator MFU yet.
 """
 
 from __future__ import annotations
@@ -43,7 +52,9 @@ from flax import nnx
 
 from experiments import bench_report, cli
 from ilql_dialogue.generation import sampler
+from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.hf_io import load_hf
+from ilql_dialogue.models.transformer import Transformer
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SECTION = "## LM core: training and decoding throughput vs transformers + torch"
@@ -72,14 +83,21 @@ class BenchConfig:
   new_tokens: int
   repeats: int
   matmul_size: int
+  seq_lens: tuple[int, ...]
+  seq_tokens: int  # Tokens per training step in the sequence-length sweep (batch = this / length).
+  probe_lens: tuple[int, ...]  # Candidates for the longest sequence that trains at train_batch.
+  episode_slots: int  # A cache sized for a whole dialogue, as rollouts allocate it.
 
 
 FULL = BenchConfig(vocab_size=2048, num_layers=4, d_model=256, num_heads=4, seq_len=256,
                    train_batch=16, decode_batches=(16, 64), prompt_len=32, new_tokens=96,
-                   repeats=5, matmul_size=2048)
+                   repeats=5, matmul_size=2048, seq_lens=(256, 1024, 2048), seq_tokens=4096,
+                   probe_lens=(2048, 4096, 8192, 16384), episode_slots=1024)
 QUICK = BenchConfig(vocab_size=256, num_layers=2, d_model=64, num_heads=4, seq_len=64,
                     train_batch=4, decode_batches=(4,), prompt_len=8, new_tokens=8,
-                    repeats=2, matmul_size=256)
+                    repeats=2, matmul_size=256, seq_lens=(64, 128), seq_tokens=256,
+                    probe_lens=(128, 256), episode_slots=64)
+SEQ_REPEATS = 2  # The sequence-length sweep's steps are long; its ratios need fewer repeats.
 TRAIN_TARGET, DECODE_TARGET = 1.5, 3.0
 PROFILE_OPS = 10_000  # Every op: the shares need them all; the report lists the slowest.
 LEARNING_RATE, WEIGHT_DECAY = 1e-4, 0.01
@@ -118,7 +136,8 @@ def build_models(bc: BenchConfig, workdir: pathlib.Path):
   """One random GPT2LMHeadModel (dropout off) and our trunk loaded from its checkpoint."""
   torch.manual_seed(0)
   hf_cfg = transformers.GPT2Config(
-      vocab_size=bc.vocab_size, n_positions=bc.seq_len, n_embd=bc.d_model, n_layer=bc.num_layers,
+      vocab_size=bc.vocab_size, n_positions=max(bc.seq_len, *bc.seq_lens),
+      n_embd=bc.d_model, n_layer=bc.num_layers,
       n_head=bc.num_heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
       bos_token_id=None, eos_token_id=None, pad_token_id=0)
   hf = transformers.GPT2LMHeadModel(hf_cfg)
@@ -147,12 +166,8 @@ def decode_flops_per_token(bc: BenchConfig, n_params: int) -> float:
   return 2 * n_params + 4 * bc.num_layers * bc.d_model * mean_context
 
 
-def ours_train(model: nnx.Module, tokens_BxT: np.ndarray, repeats: int) -> dict[str, Any]:
-  """Timings of our trunk: one jitted AdamW step with donated state, and its forward alone."""
-  graphdef, params = nnx.split(model)
-  params = jax.tree.map(jnp.copy, params)  # The step donates its input; keep `model` intact.
-  tx = optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
-  tokens_BxT = jnp.asarray(tokens_BxT, jnp.int32)
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
+  """Our jitted AdamW step (parameters and optimizer state donated) and its loss alone."""
 
   def loss_fn(params, tokens_BxT):
     model = nnx.merge(graphdef, params)
@@ -167,8 +182,24 @@ def ours_train(model: nnx.Module, tokens_BxT: np.ndarray, repeats: int) -> dict[
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
-  train_step = jax.jit(train_step, donate_argnums=(0, 1))
-  forward = jax.jit(loss_fn)
+  return jax.jit(train_step, donate_argnums=(0, 1)), jax.jit(loss_fn)
+
+
+def peak_bytes(compiled: Any) -> int:
+  """Peak memory of a compiled step by XLA's buffer assignment (donated inputs counted once)."""
+  stats = compiled.memory_analysis()
+  return (stats.argument_size_in_bytes + stats.temp_size_in_bytes
+          + stats.output_size_in_bytes - stats.alias_size_in_bytes)
+
+
+def ours_train(model: nnx.Module, tokens_BxT: np.ndarray, repeats: int,
+               with_forward: bool = True) -> dict[str, Any]:
+  """Timings of our trunk: one jitted AdamW step with donated state, and its forward alone."""
+  graphdef, params = nnx.split(model)
+  params = jax.tree.map(jnp.copy, params)  # The step donates its input; keep `model` intact.
+  tx = optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+  tokens_BxT = jnp.asarray(tokens_BxT, jnp.int32)
+  train_step, forward = make_train_step(graphdef, tx)
   carry = {"params": params, "opt_state": tx.init(params)}
 
   def step():
@@ -176,15 +207,52 @@ def ours_train(model: nnx.Module, tokens_BxT: np.ndarray, repeats: int) -> dict[
         carry["params"], carry["opt_state"], tokens_BxT)
     return float(loss)
 
+  compile_step = lambda: train_step.lower(carry["params"], carry["opt_state"], tokens_BxT).compile()
   first_loss = step()
-  return {"step_s": measure(step, repeats), "first_loss": first_loss,
-          "forward_s": median_seconds(
-              lambda: forward(carry["params"], tokens_BxT).block_until_ready(), repeats),
-          "profile": (step, lambda: train_step.lower(carry["params"], carry["opt_state"],
-                                                     tokens_BxT).compile())}
+  out = {"step_s": measure(step, repeats), "first_loss": first_loss,
+         "profile": (step, compile_step)}
+  if with_forward:
+    out["forward_s"] = median_seconds(
+        lambda: forward(carry["params"], tokens_BxT).block_until_ready(), repeats)
+    out["peak_bytes"] = peak_bytes(compile_step())
+  return out
 
 
-def torch_train(hf: torch.nn.Module, tokens_BxT: np.ndarray, repeats: int) -> dict[str, Any]:
+def available_bytes() -> int:
+  """MemAvailable of /proc/meminfo: what a new allocation may use without swapping."""
+  for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+    if line.startswith("MemAvailable:"):
+      return int(line.split()[1]) * 1024
+  raise OSError("no MemAvailable in /proc/meminfo")
+
+
+def longest_trainable(bc: BenchConfig, budget: int) -> tuple[int, dict[int, int]]:
+  """(longest of `bc.probe_lens` whose step fits `budget` bytes, peak bytes per length tried).
+
+  Compiled from abstract shapes only (nothing allocated or run), so lengths
+  past the machine's memory cost seconds of compilation, not a crash. The
+  attention block grows with the length to keep at most 16 blocks per layer.
+  """
+  tx = optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+  longest, peaks = 0, {}
+  for length in bc.probe_lens:
+    cfg = ModelConfig.gpt2(vocab_size=bc.vocab_size, num_layers=bc.num_layers,
+                           d_model=bc.d_model, num_heads=bc.num_heads, max_seq_len=length,
+                           attention_block=max(128, length // 16))
+    abstract = nnx.eval_shape(lambda cfg=cfg: Transformer(cfg, rngs=nnx.Rngs(0)))
+    graphdef, params = nnx.split(abstract)
+    train_step, _ = make_train_step(graphdef, tx)
+    tokens = jax.ShapeDtypeStruct((bc.train_batch, length), jnp.int32)
+    peaks[length] = peak_bytes(train_step.lower(params, jax.eval_shape(tx.init, params),
+                                                tokens).compile())
+    if peaks[length] > budget:
+      break
+    longest = length
+  return longest, peaks
+
+
+def torch_train(hf: torch.nn.Module, tokens_BxT: np.ndarray, repeats: int,
+                with_forward: bool = True) -> dict[str, Any]:
   """Timings of eager transformers + torch: forward + backward + AdamW, and the forward alone."""
   hf = copy.deepcopy(hf).train()  # Decoding later starts from the same weights as ours.
   optimizer = torch.optim.AdamW(hf.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
@@ -201,16 +269,18 @@ def torch_train(hf: torch.nn.Module, tokens_BxT: np.ndarray, repeats: int) -> di
     hf(input_ids=tokens, labels=tokens).loss.item()  # Records the graph, as in training.
 
   first_loss = step()
-  return {"step_s": measure(step, repeats), "first_loss": first_loss,
-          "forward_s": median_seconds(forward, repeats)}
+  out = {"step_s": measure(step, repeats), "first_loss": first_loss}
+  if with_forward:
+    out["forward_s"] = median_seconds(forward, repeats)
+  return out
 
 
 def ours_decode(model: nnx.Module, prompts_BxP: np.ndarray, new_tokens: int,
-                repeats: int) -> dict[str, Any]:
+                repeats: int, max_len: int | None = None) -> dict[str, Any]:
   batch, prompt_len = prompts_BxP.shape
   mask_BxP = np.ones_like(prompts_BxP, bool)
   params = sampler.SamplingParams.make(batch, max_new_tokens=new_tokens, temperature=0.0)
-  max_len = prompt_len + new_tokens
+  max_len = max_len or prompt_len + new_tokens
   out = {}
 
   def run():
@@ -225,7 +295,8 @@ def ours_decode(model: nnx.Module, prompts_BxP: np.ndarray, new_tokens: int,
   def compile_generate():
     state = sampler.prefill(model, prompts_BxP, mask_BxP, max_len=max_len)
     return sampler._generate.lower(model, state, params, jax.random.key(0), jnp.int32(0), None,
-                                   max_new_tokens=new_tokens).compile()
+                                   max_new_tokens=new_tokens,
+                                   attend_len=sampler.attend_window(max_len, max_len)).compile()
 
   return {"total_s": measure(run, repeats), "tokens": out["tokens"],
           "prefill_s": median_seconds(prefill, repeats), "profile": (run, compile_generate)}
@@ -343,9 +414,21 @@ def run(bc: BenchConfig, threads: int, profile_top: int = 0) -> dict[str, Any]:
     results[f"train_loss_{name}"] = timing["first_loss"]
     results[f"train_step_ms_{name}"] = 1e3 * wall_s
     results[f"train_forward_ms_{name}"] = 1e3 * timing["forward_s"]
+    if "peak_bytes" in timing:
+      results["train_peak_bytes"] = timing["peak_bytes"]
     if profile_top and "profile" in timing:
       fn, compile_fn = timing["profile"]
       results["profile_train"] = op_profile(fn, compile_fn(), profile_top)
+
+  for length in bc.seq_lens:
+    batch = max(1, bc.seq_tokens // length)
+    tokens = rng.integers(0, bc.vocab_size, (batch, length))
+    results[f"seq_{length}_ours"] = batch * length / ours_train(
+        ours, tokens, SEQ_REPEATS, with_forward=False)["step_s"][0]
+    results[f"seq_{length}_torch"] = batch * length / torch_train(
+        hf, tokens, SEQ_REPEATS, with_forward=False)["step_s"][0]
+  results["memory_budget"] = available_bytes()
+  results["longest"], results["probe_peaks"] = longest_trainable(bc, results["memory_budget"])
 
   for batch in bc.decode_batches:
     prompts = rng.integers(1, bc.vocab_size, (batch, bc.prompt_len)).astype(np.int32)
@@ -363,6 +446,10 @@ def run(bc: BenchConfig, threads: int, profile_top: int = 0) -> dict[str, Any]:
         results["profile_decode"] = op_profile(fn, compile_fn(), profile_top)
     results[f"decode_agree_{batch}"] = float(np.mean(
         results.pop(f"decode_tokens_ours_{batch}") == results.pop(f"decode_tokens_torch_{batch}")))
+  big = max(bc.decode_batches)
+  prompts = rng.integers(1, bc.vocab_size, (big, bc.prompt_len)).astype(np.int32)
+  wall_s = ours_decode(ours, prompts, bc.new_tokens, bc.repeats, bc.episode_slots)["total_s"][0]
+  results["decode_episode_ours"] = big * bc.new_tokens / wall_s
   results["load_after"] = os.getloadavg()
   return results
 
@@ -410,6 +497,39 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
       f"{step_ms:.1f} ms. Each step reads the whole preallocated cache ({cache_mb:.0f} MB of "
       f"keys and values for {bc.prompt_len + bc.new_tokens} slots, static shapes), while "
       "transformers' cache grows with the sequence.",
+      f"- With a cache sized for a whole dialogue ({bc.episode_slots} slots, as rollouts "
+      f"allocate it) ours decodes {results['decode_episode_ours']:,.0f} tokens/s at batch {big} "
+      f"({results['decode_episode_ours'] / results[f'decode_torch_{big}']:.2f}x transformers' "
+      f"batch-{big} run): the loop attends over the filled slots only (up to the last token "
+      "it can write, rounded up to 64 slots times a power of two).",
+  ]
+  gib = lambda n: f"{n / 2**30:.2f} GiB"
+  tokens_per_step = bc.train_batch * bc.seq_len
+  seq_rows = [f"| {length:,} | {max(1, bc.seq_tokens // length)} | "
+              f"{results[f'seq_{length}_ours']:,.0f} | {results[f'seq_{length}_torch']:,.0f} | "
+              f"{results[f'seq_{length}_ours'] / results[f'seq_{length}_torch']:.2f}x |"
+              for length in bc.seq_lens]
+  probes = ", ".join(f"{length:,}: {gib(peak)}" for length, peak in results["probe_peaks"].items())
+  longest = (f"{results['longest']:,} tokens" if results["longest"]
+             else f"none of {bc.probe_lens}")
+  memory = [
+      f"Training tokens/s by sequence length ({bc.seq_tokens:,} tokens per step, so the batch "
+      f"shrinks as the sequence grows; medians of {SEQ_REPEATS} steps; our attention: "
+      "`attention_impl=\"auto\"`, the blocked kernel on CPU):",
+      "",
+      "| sequence | batch | ours (JAX) | transformers + torch | ratio |",
+      "|---:|---:|---:|---:|---:|",
+      *seq_rows,
+      "",
+      f"- Peak memory of our training step at batch {bc.train_batch} x {bc.seq_len} (XLA's "
+      f"buffer assignment: parameters, AdamW state, activations, gradients): "
+      f"{gib(results['train_peak_bytes'])}, "
+      f"{results['train_peak_bytes'] / tokens_per_step / 2**10:.0f} KiB per token.",
+      f"- Longest sequence that trains at batch {bc.train_batch} within this machine's available "
+      f"memory ({gib(results['memory_budget'])}): {longest} (powers of two tried; peak per "
+      f"length: {probes}; compiled, not run).",
+      "- No GPU or TPU was lent to this run, so there is no MFU against an accelerator's bf16 "
+      "peak; MFU above is against this CPU's measured float32 matmul peak.",
   ]
   profile_lines = []
   if "profile_train" in results:
@@ -421,13 +541,11 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
         results["profile_decode"], 8)
   if profile_lines:
     profile_lines += [
-        "How to read these: `transpose(jvp())` in a source path marks the backward pass. "
-        "`dynamic_index_in_dim/dynamic_slice` ops shaped like one layer's [B, K, S, H] keys or "
-        "values are the layer scan copying that layer out of the stacked cache on every decode "
-        "step (XLA:CPU does not fuse a dynamic slice into the matmul that reads it); bare `dot` "
-        "ops shaped [B, K, 1, S] and [B, K, 1, H] are the attention products over all S "
-        "preallocated slots; the `reduce_sum` over [B, K, G, T, T] in the backward pass is the "
-        "softmax gradient of full-matrix causal attention (the masked half is computed too).",
+        "How to read these: `transpose(jvp())` in a source path marks the backward pass; "
+        "`slice` ops shaped like one layer's weights inside the decode loop are that layer's "
+        "parameters taken out of the stacked [L, ...] tree on every step; bare `dot` ops shaped "
+        "[B, K, 1, S] and [B, K, 1, H] are the attention products over all S preallocated "
+        "cache slots.",
         ""]
   agree = ", ".join(f"batch {b}: {100 * results[f'decode_agree_{b}']:.0f}%"
                     for b in bc.decode_batches)
@@ -454,6 +572,11 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
       f"Greedy tokens identical to transformers': {agree} (random weights give near-ties, so "
       "float rounding can flip a choice and everything after it).",
       f"- Medians of {bc.repeats} repetitions after a warm-up call.",
+      "- Our side as configured by default: `attention_impl=\"auto\"` (on CPU the blocked "
+      "kernel: query blocks of `attention_block` = 128 rows, each scoring only the keys it can "
+      "see), layers unrolled without a cache (`unroll_layers`), and while decoding one cache "
+      "buffer per layer updated in place, per-layer weights sliced once before the decode loop, "
+      "and attention over the filled window of the cache only.",
       "",
       "Ratios are ours / theirs, by wall time and by the CPU time each process got (the "
       "latter is the fairer one when other jobs share the cores). MFU is by wall time.",
@@ -464,6 +587,8 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
       *rows,
       "",
       *analysis,
+      "",
+      *memory,
       "",
       "Where the time goes (milliseconds, medians):",
       "",
@@ -493,7 +618,13 @@ def main(argv: list[str]) -> None:
   benchmark_and_report(
       quick=_QUICK.value, output=_OUTPUT.value, repeats=_REPEATS.value, threads=_THREADS.value,
       profile_top=PROFILE_OPS if _PROFILE.value else 0,
-      command=" ".join(["python -m experiments.benchmark", *sys.argv[1:]]))
+      command=" ".join([*pinning(), "python -m experiments.benchmark", *sys.argv[1:]]))
+
+
+def pinning() -> list[str]:
+  """The `taskset` prefix that reproduces this process's CPU affinity, if it is not all CPUs."""
+  cpus = sorted(os.sched_getaffinity(0))
+  return [] if len(cpus) == os.cpu_count() else ["taskset", "-c", ",".join(map(str, cpus))]
 
 
 if __name__ == "__main__":

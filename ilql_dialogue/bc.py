@@ -9,6 +9,8 @@ Logits are computed at every position rather than gathered at action
 positions: for BC the actions are a large share of the tokens (one of two
 speakers), so a gather to a fixed budget would save little and needs a
 per-batch maximum. ILQL's vocabulary-sized heads are where gathering pays.
+Large logits are never materialized whole: models/lm_loss.py computes the
+cross-entropy in chunks of positions when [B, T, V] float32 would be big.
 
 A task with structured context (the AirDialogue flight table, CALM style)
 adds `prefix_fields` [B, P, F] to its batches; the model is then a `PrefixLM`
@@ -23,11 +25,11 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 from flax import nnx
 
 from ilql_dialogue.algorithm import Batch, Metrics
 from ilql_dialogue.models.config import ModelConfig
+from ilql_dialogue.models.lm_loss import token_cross_entropy
 from ilql_dialogue.models.prefix import StructuredPrefix
 from ilql_dialogue.models.transformer import Transformer
 
@@ -82,16 +84,13 @@ def positions_from_mask(mask_BxT: jax.Array) -> jax.Array:
   return jnp.maximum(jnp.cumsum(mask_BxT.astype(jnp.int32), axis=-1) - 1, 0)
 
 
-def action_cross_entropy(logits_BxTxV: jax.Array, targets_BxT: jax.Array,
-                         weights_BxT: jax.Array) -> tuple[jax.Array, Metrics]:
-  """Mean cross-entropy over weighted tokens, with perplexity and accuracy."""
-  logits_BxTxV = logits_BxTxV.astype(jnp.float32)
+def weighted_metrics(ce_BxT: jax.Array, correct_BxT: jax.Array,
+                     weights_BxT: jax.Array) -> tuple[jax.Array, Metrics]:
+  """Loss, perplexity and accuracy over weighted tokens from per-token cross-entropy."""
   weights_BxT = weights_BxT.astype(jnp.float32)
-  ce_BxT = optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, targets_BxT)
   count = jnp.maximum(weights_BxT.sum(), 1.0)
   loss = (ce_BxT * weights_BxT).sum() / count
-  correct_BxT = (jnp.argmax(logits_BxTxV, axis=-1) == targets_BxT).astype(jnp.float32)
-  accuracy = (correct_BxT * weights_BxT).sum() / count
+  accuracy = (correct_BxT.astype(jnp.float32) * weights_BxT).sum() / count
   return loss, {"loss": loss, "perplexity": jnp.exp(loss), "token_accuracy": accuracy}
 
 
@@ -115,9 +114,10 @@ class BC:
     mask_BxT = batch["attention_mask"].astype(bool)
     hidden_BxTxD, _ = model(tokens_BxT, positions_from_mask(mask_BxT), mask_BxT,
                             **prefix_kwargs(model, batch))
-    logits_BxTxV = model.logits(hidden_BxTxD[:, :-1])
+    ce_BxT, correct_BxT = token_cross_entropy(model.logits, hidden_BxTxD[:, :-1],
+                                              tokens_BxT[:, 1:])
     weights_BxT = batch["action_mask"][:, 1:].astype(bool) & mask_BxT[:, 1:]
-    return action_cross_entropy(logits_BxTxV, tokens_BxT[:, 1:], weights_BxT)
+    return weighted_metrics(ce_BxT, correct_BxT, weights_BxT)
 
 
 def prefix_kwargs(model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:

@@ -25,7 +25,6 @@ sampling bit for bit.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -38,9 +37,6 @@ from ilql_dialogue.models.kv_cache import KVCache
 from ilql_dialogue.value_heads import ILQLModel
 
 Q_SOURCES = ("target", "online")
-# KVCache fields stacked over layers (keys and values), whatever their layout.
-_LAYER_FIELDS = tuple(f.name for f in dataclasses.fields(KVCache)
-                      if f.name not in ("valid_BxS", "index"))
 
 
 class StackedTrunks(nnx.Module):
@@ -48,10 +44,9 @@ class StackedTrunks(nnx.Module):
 
   Speaks the trunk contract the sampler uses. Hidden states are the trunks'
   concatenated along D, and `logits` reads the policy's part. The cache is
-  the sampler's ordinary KVCache whose k/v fields hold one array per trunk
-  after the first call: `cfg` declares all trunks' layers so the sampler
-  allocates room for them, and the first call splits that buffer once; later
-  calls update each trunk's cache in place.
+  the sampler's ordinary KVCache (one buffer per layer): `cfg` declares all
+  trunks' layers so the sampler allocates room for them, and each trunk reads
+  and updates its own consecutive layers in place.
   """
 
   def __init__(self, *trunks: nnx.Module):
@@ -82,7 +77,8 @@ class StackedTrunks(nnx.Module):
   def __call__(self, tokens_BxT, positions_BxT, token_mask_BxT, *, cache=None, prefix_BxPxD=None):
     prefixes = ([None] * len(self.trunks) if prefix_BxPxD is None
                 else self._pieces(prefix_BxPxD))
-    caches = [None] * len(self.trunks) if cache is None else self._split(cache)
+    caches = ([None] * len(self.trunks) if cache is None else
+              cache.split_layers([t.cfg.num_layers for t in self.trunks]))
     hidden, new_caches = [], []
     for trunk, trunk_cache, prefix in zip(self.trunks, caches, prefixes):
       extra = {} if prefix is None else {"prefix_BxPxD": prefix}
@@ -93,19 +89,7 @@ class StackedTrunks(nnx.Module):
     hidden_BxTxD = jnp.concatenate(hidden, -1)
     if cache is None:
       return hidden_BxTxD, None
-    return hidden_BxTxD, new_caches[0].replace(**{
-        name: tuple(getattr(c, name) for c in new_caches) for name in _LAYER_FIELDS})
-
-  def _split(self, cache: KVCache) -> list[KVCache]:
-    """One cache per trunk; a fresh, stacked cache is split along layers (once)."""
-    bounds = np.cumsum([t.cfg.num_layers for t in self.trunks])[:-1]
-    parts = {}
-    for name in _LAYER_FIELDS:
-      stacked = getattr(cache, name)
-      parts[name] = stacked if isinstance(stacked, tuple) else tuple(
-          jnp.split(stacked, bounds, axis=0))
-    return [cache.replace(**{name: part[i] for name, part in parts.items()})
-            for i in range(len(self.trunks))]
+    return hidden_BxTxD, KVCache.join_layers(new_caches)
 
   def logits(self, hidden_BxNxD: jax.Array) -> jax.Array:
     return self.trunks[0].logits(hidden_BxNxD[..., :self._widths[0]])

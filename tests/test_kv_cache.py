@@ -57,7 +57,7 @@ def test_prefill_then_single_token_steps(family):
   logits, cache = _step(model, tokens[:, :prompt], positions[:, :prompt], mask[:, :prompt], cache)
   pieces = [logits]
   for t in range(prompt, 10):
-    old_k = cache.k_LxBxKxSxH
+    old_k = cache.k_BxKxSxH[0]
     logits, cache = _step(model, tokens[:, t:t + 1], positions[:, t:t + 1], mask[:, t:t + 1],
                           cache)
     assert old_k.is_deleted()  # Donated: updated in place, not copied.
@@ -126,6 +126,6 @@ def test_cache_in_bfloat16():
   tokens, mask = _left_padded(jax.random.key(8), [5, 2], total=5)
   cache = init_cache(cfg, batch_size=2, max_len=8, dtype=jnp.bfloat16)
   logits, cache = _step(model, tokens, _positions(mask), mask, cache)
-  assert cache.k_LxBxKxSxH.dtype == jnp.bfloat16
+  assert cache.k_BxKxSxH[0].dtype == jnp.bfloat16
   full = _full_logits(model, tokens, mask)
   assert float(jnp.max(jnp.where(mask[..., None], jnp.abs(logits - full), 0.0))) < 0.05

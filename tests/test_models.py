@@ -100,7 +100,7 @@ def _prefix_keys_after_prefill(model, prefix, tokens):
   cache = init_cache(model.cfg, tokens.shape[0], 16)
   _, cache = model(tokens, positions, jnp.ones(tokens.shape, bool), cache=cache,
                    prefix_BxPxD=prefix)
-  return cache.k_LxBxKxSxH[1, :, :, :prefix.shape[1]]
+  return cache.k_BxKxSxH[1][:, :, :prefix.shape[1]]
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])

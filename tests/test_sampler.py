@@ -134,6 +134,50 @@ def test_sampling_controls_do_not_recompile(gpt2):
   assert sampler._generate._cache_size() == compiled
 
 
+def test_greedy_matches_uncached_greedy(model):
+  """The per-layer cache decodes the tokens that re-running the whole history picks."""
+  _, got, _, _ = _decode(model, PROMPTS, _greedy(3))
+  rows = [list(p) for p in PROMPTS]
+  for _ in range(NEW):
+    tokens, mask = _pad(rows, max(map(len, rows)), "right")
+    hidden = _uncached_hidden(model, jnp.asarray(tokens), jnp.asarray(mask))
+    last = np.asarray(model.logits(hidden))[np.arange(3), [len(r) - 1 for r in rows]]
+    for row, token in zip(rows, np.argmax(last, axis=-1)):
+      row.append(int(token))
+  np.testing.assert_array_equal(got, [row[len(p):] for row, p in zip(rows, PROMPTS)])
+
+
+def test_decoding_over_a_window_of_a_long_cache_changes_nothing(gpt2):
+  """With 160 slots the loop attends over a 64-slot window; tokens and state are the same."""
+  assert sampler.attend_window(160, 8 + NEW) == 64
+  results = []
+  for max_len in (MAX_LEN, 160):
+    state = sampler.prefill(gpt2, *_pad(PROMPTS, 8, "left"), max_len=max_len)
+    state, first, logprobs, _ = sampler.generate(gpt2, state, _greedy(3), jax.random.key(0),
+                                                 max_new_tokens=NEW)
+    state = sampler.append(gpt2, state, *_pad([[3, 4], [5], [6, 7, 8]], 3, "right"))
+    state, second, _, _ = sampler.generate(gpt2, state, _greedy(3), jax.random.key(0),
+                                           max_new_tokens=NEW)
+    results.append((first, logprobs, second, state))
+  (first, logprobs, second, state), (long_first, long_logprobs, long_second, long_state) = results
+  np.testing.assert_array_equal(long_first, first)
+  np.testing.assert_allclose(long_logprobs, logprobs, atol=2e-5)
+  np.testing.assert_array_equal(long_second, second)
+  assert int(long_state.cache.index) == int(state.cache.index) == 8 + NEW + 3 + NEW
+  np.testing.assert_array_equal(long_state.cache.valid_BxS[:, :MAX_LEN], state.cache.valid_BxS)
+  valid = state.cache.valid_BxS[:, None, :, None]  # Padding slots hold junk nobody reads.
+  np.testing.assert_allclose(jnp.where(valid, long_state.cache.k_BxKxSxH[1][:, :, :MAX_LEN], 0),
+                             jnp.where(valid, state.cache.k_BxKxSxH[1], 0), atol=2e-5)
+
+
+def test_prompt_and_row_lengths_within_a_width_do_not_recompile(gpt2):
+  _decode(gpt2, PROMPTS, _greedy(3))
+  compiled = (sampler._prefill._cache_size(), sampler._generate._cache_size())
+  for rows in ([[1, 2, 3]] * 3, [[4] * 8, [5], [6, 7]], [[9] * 7, [8] * 6, [2] * 5]):
+    _decode(gpt2, rows, _greedy(3, max_new_tokens=[1, NEW, 3]))
+  assert (sampler._prefill._cache_size(), sampler._generate._cache_size()) == compiled
+
+
 def _expected_stop_lengths(free, stop_sets):
   lengths = []
   for row, stops in zip(free, stop_sets):

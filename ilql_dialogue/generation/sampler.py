@@ -15,7 +15,15 @@ appended to different rows, decode exactly like each row alone.
 Everything a caller may vary between calls without recompiling is traced:
 temperature, top-k, top-p, stop ids, per-row length limits, the pad id and any
 logits processor's arrays or modules. Static: shapes, `max_new_tokens`, the
-processor's type/structure and the cache length.
+processor's type/structure, the cache length and the attended window.
+
+`generate` attends only over the filled part of the cache: its loop runs on
+a window of the first slots up to the last one this call can write, rounded
+up to `ATTEND_BUCKET` times a power of two (one compile per bucket, so at
+most a handful per dialogue), copied out once before the
+loop and written back once after it. A cache sized for a whole episode then
+costs each step only what the history so far holds. The layers decode from
+per-layer parameters sliced once before the loop (`hoisted_layers`).
 
 Log-probs: each returned log-prob is that of the chosen token under the
 distribution it was drawn from: softmax of the processed logits (the hook,
@@ -35,6 +43,12 @@ from flax import struct
 
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.models.kv_cache import KVCache, init_cache
+from ilql_dialogue.models.transformer import hoisted_layers
+
+# Decoding attends over the cache's first slots up to the end of this call's
+# tokens, rounded up to this times a power of two: one compiled loop per
+# bucket, and a handful of buckets however long the dialogue grows.
+ATTEND_BUCKET = 64
 
 
 @struct.dataclass
@@ -152,8 +166,9 @@ def _check_block(name: str, tokens_BxT: Any, mask_BxT: Any, batch_size: int | No
 
 
 def _check_capacity(name: str, model: Any, state: DecodeState, slots: int,
-                    new_tokens_B: jax.Array) -> None:
-  """Refuses a call that would run past the cache or past the model's position table.
+                    new_tokens_B: jax.Array) -> int:
+  """Refuses a call that would run past the cache or past the model's position table;
+  returns the slots already used.
 
   Under jit XLA would clamp the cache write (overwriting history) and the
   position lookup, so this is checked on the host: one small device read per
@@ -167,6 +182,7 @@ def _check_capacity(name: str, model: Any, state: DecodeState, slots: int,
   if longest > model.cfg.max_seq_len:
     raise ValueError(f"{name}: a row would reach {longest} tokens, past the model's "
                      f"max_seq_len={model.cfg.max_seq_len}")
+  return used
 
 
 def prefill(model: Any, tokens_BxT: jax.Array, mask_BxT: jax.Array, *, max_len: int,
@@ -242,9 +258,12 @@ class _Loop:
   generated_B: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_new_tokens",), donate_argnames=("state",))
-def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens):
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "attend_len"),
+                   donate_argnames=("state",))
+def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend_len):
   batch = state.lengths_B.shape[0]
+  full_cache = state.cache
+  state = state.replace(cache=full_cache.window(attend_len))
 
   def cond(loop: _Loop) -> jax.Array:
     return (loop.step < max_new_tokens) & ~jnp.all(loop.done_B)
@@ -284,8 +303,18 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens):
       tokens_BxN=jnp.full((batch, max_new_tokens), pad_id, jnp.int32),
       logprobs_BxN=jnp.zeros((batch, max_new_tokens), jnp.float32),
       generated_B=jnp.zeros((batch,), jnp.int32))
-  loop = jax.lax.while_loop(cond, body, loop)
-  return loop.state, loop.tokens_BxN, loop.logprobs_BxN, loop.generated_B
+  with hoisted_layers(model):
+    loop = jax.lax.while_loop(cond, body, loop)
+  state = loop.state.replace(cache=full_cache.write_window(loop.state.cache))
+  return state, loop.tokens_BxN, loop.logprobs_BxN, loop.generated_B
+
+
+def attend_window(max_len: int, last_slot: int) -> int:
+  """Slots a decode loop attends over: `last_slot` rounded up to ATTEND_BUCKET * 2^k."""
+  window = ATTEND_BUCKET
+  while window < last_slot:
+    window *= 2
+  return min(max_len, window)
 
 
 def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Array, *,
@@ -302,6 +331,7 @@ def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Ar
   batch = state.cache.batch_size
   if params.temperature_B.shape != (batch,):
     raise ValueError(f"generate: sampling params for {params.temperature_B.shape} rows, state has {batch}")
-  _check_capacity("generate", model, state, max_new_tokens, jnp.asarray(max_new_tokens))
+  used = _check_capacity("generate", model, state, max_new_tokens, jnp.asarray(max_new_tokens))
+  attend_len = attend_window(state.cache.max_len, used + max_new_tokens)
   return _generate(model, state, params, rng, jnp.asarray(pad_id, jnp.int32), hook,
-                   max_new_tokens=max_new_tokens)
+                   max_new_tokens=max_new_tokens, attend_len=attend_len)

@@ -15,6 +15,8 @@ import jax.numpy as jnp
 
 FAMILIES = ("gpt2", "llama")
 DTYPES = ("float32", "bfloat16", "float16")
+# models.attention_kernels.IMPLEMENTATIONS (kept here so the config imports no jax code).
+ATTENTION_IMPLS = ("auto", "reference", "blocked", "xla", "cudnn")
 # jax.checkpoint_policies names accepted for `remat_policy`.
 REMAT_POLICIES = (
     "nothing_saveable",
@@ -30,6 +32,14 @@ class ModelConfig:
 
   `prefix_field_vocab_sizes` / `prefix_num_rows` size the structured-context
   embedder (models.prefix); they are empty/zero for a plain LM.
+
+  Speed knobs that change no parameter: `attention_impl` picks the softmax
+  kernel (models.attention_kernels; "auto" is the fastest measured one for
+  the backend) and `attention_block` its query-block length; `unroll_layers`
+  runs the cache-free layer stack as straight-line code instead of a scan
+  (no stacked per-layer activations to copy: faster on CPU, docs/BENCHMARKS.md;
+  set False for deep models whose compile time matters more). The cached
+  (decoding) path is always unrolled, one cache buffer per layer.
   """
 
   family: str = "gpt2"
@@ -55,6 +65,9 @@ class ModelConfig:
   prefix_field_vocab_sizes: tuple[int, ...] = ()
   prefix_num_rows: int = 0
   init_std: float = 0.02
+  attention_impl: str = "auto"
+  attention_block: int = 128
+  unroll_layers: bool = True
 
   def __post_init__(self):
     problems = []
@@ -76,6 +89,10 @@ class ModelConfig:
         problems.append(f"{name}={getattr(self, name)!r} not in {DTYPES}")
     if self.remat_policy not in REMAT_POLICIES:
       problems.append(f"remat_policy={self.remat_policy!r} not in {REMAT_POLICIES}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      problems.append(f"attention_impl={self.attention_impl!r} not in {ATTENTION_IMPLS}")
+    if self.attention_block <= 0:
+      problems.append(f"attention_block={self.attention_block} must be positive")
     if any(v <= 0 for v in self.prefix_field_vocab_sizes):
       problems.append(f"prefix_field_vocab_sizes={self.prefix_field_vocab_sizes} must be positive")
     if self.prefix_num_rows < 0:

@@ -1,20 +1,23 @@
-"""Key/value cache for incremental decoding, stacked over layers.
+"""Key/value cache for incremental decoding: one buffer per layer.
 
-Layout [L, B, K, S, H] (kv heads before slots; the shared contract first said
-[L, B, S, K, H]): each (row, kv head) then owns a contiguous [S, H] matrix,
-so attention over the cache is a plain batched matmul. With slots before
-heads XLA:CPU transposed every layer's whole cache on every decode step,
-which made decoding 2-3x slower at a few hundred slots.
+Layout: a tuple of L arrays [B, K, S, H] per keys and values (kv heads before
+slots, so attention over a layer's cache is a plain batched matmul; with
+slots before heads XLA:CPU transposed the whole cache on every decode step).
 
-The layer scan only reads the cache; the new entries of all layers are
-written once, after the scan, with one `dynamic_update_slice` per array.
-Under `jit` with the cache donated that write happens in place, so a decode
-step costs O(new tokens) in writes, not a copy of the cache. One scalar
-`index` serves the whole batch (rows are aligned by slot, padding is tracked
-by `valid_BxS`), which keeps every shape static.
+One buffer per layer, not one [L, B, K, S, H] array: the trunk's cached path
+runs its layers as straight-line code, and each layer reads and updates its
+own buffer directly. With a stacked array, a layer scan copied every layer's
+slice out of the cache on every decode step (31-38% of decode time at batch
+64, docs/BENCHMARKS.md). Each layer writes its new slots with one
+`dynamic_update_slice` before attending; under `jit` with the cache donated
+that write happens in place, so a step costs O(new tokens) in writes. One
+scalar `index` serves the whole batch (rows are aligned by slot, padding is
+tracked by `valid_BxS`), which keeps every shape static.
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -27,14 +30,17 @@ from ilql_dialogue.models.config import ModelConfig
 class KVCache:
   """Per-layer keys/values for slots [0, S); `index` is the next free slot.
 
+  `k_BxKxSxH` / `v_BxKxSxH` are tuples of L arrays (the field name spells each
+  array's layout, which simulators.compact reads).
+
   Slot s of row b holds a real token iff `valid_BxS[b, s]`; padded tokens are
   written but never attended to. Writing past S is not detectable under
   `jit` (XLA clamps the slice), so callers size `max_len` for the whole
   episode; outside `jit` the model raises instead.
   """
 
-  k_LxBxKxSxH: jax.Array
-  v_LxBxKxSxH: jax.Array
+  k_BxKxSxH: tuple[jax.Array, ...]
+  v_BxKxSxH: tuple[jax.Array, ...]
   valid_BxS: jax.Array
   index: jax.Array
 
@@ -46,34 +52,55 @@ class KVCache:
   def batch_size(self) -> int:
     return self.valid_BxS.shape[0]
 
-  def visible_BxS(self) -> jax.Array:
-    """Slots a new token may attend to: written (slot < index) and real."""
-    return self.valid_BxS & (jnp.arange(self.max_len) < self.index)
+  @property
+  def num_layers(self) -> int:
+    return len(self.k_BxKxSxH)
 
-  def append(self, k_LxBxTxKxH: jax.Array, v_LxBxTxKxH: jax.Array,
-             valid_BxT: jax.Array) -> KVCache:
-    """Writes T new slots for every layer at [index, index + T) and advances index."""
-    start = (0, 0, 0, self.index, 0)
-    return KVCache(
-        k_LxBxKxSxH=jax.lax.dynamic_update_slice(
-            self.k_LxBxKxSxH, jnp.swapaxes(k_LxBxTxKxH, 2, 3).astype(self.k_LxBxKxSxH.dtype),
-            start),
-        v_LxBxKxSxH=jax.lax.dynamic_update_slice(
-            self.v_LxBxKxSxH, jnp.swapaxes(v_LxBxTxKxH, 2, 3).astype(self.v_LxBxKxSxH.dtype),
-            start),
-        valid_BxS=jax.lax.dynamic_update_slice(self.valid_BxS, valid_BxT, (0, self.index)),
-        index=self.index + valid_BxT.shape[1],
-    )
+  def window(self, length: int) -> KVCache:
+    """The first `length` slots as a cache of their own (a copy; `length` is static).
+
+    A decode loop that will not write past `length` attends over the window
+    instead of all S slots: the slots past it are empty, so every softmax is
+    the same, and each step reads `length` slots instead of S.
+    """
+    return self.replace(k_BxKxSxH=tuple(k[:, :, :length] for k in self.k_BxKxSxH),
+                        v_BxKxSxH=tuple(v[:, :, :length] for v in self.v_BxKxSxH),
+                        valid_BxS=self.valid_BxS[:, :length])
+
+  def write_window(self, window: KVCache) -> KVCache:
+    """This cache with `window` (from `window()`, then advanced) written over its first slots."""
+    put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)
+    return KVCache(k_BxKxSxH=tuple(map(put, self.k_BxKxSxH, window.k_BxKxSxH)),
+                   v_BxKxSxH=tuple(map(put, self.v_BxKxSxH, window.v_BxKxSxH)),
+                   valid_BxS=put(self.valid_BxS, window.valid_BxS), index=window.index)
+
+  def split_layers(self, counts: Sequence[int]) -> list[KVCache]:
+    """Consecutive groups of `counts` layers as caches sharing slots (one per stacked trunk)."""
+    if sum(counts) != self.num_layers:
+      raise ValueError(f"split_layers: {list(counts)} layers for a cache of {self.num_layers}")
+    parts, start = [], 0
+    for count in counts:
+      parts.append(self.replace(k_BxKxSxH=self.k_BxKxSxH[start:start + count],
+                                v_BxKxSxH=self.v_BxKxSxH[start:start + count]))
+      start += count
+    return parts
+
+  @staticmethod
+  def join_layers(caches: Sequence[KVCache]) -> KVCache:
+    """Inverse of `split_layers`: the caches' layers in order; slots from the first."""
+    return caches[0].replace(
+        k_BxKxSxH=sum((c.k_BxKxSxH for c in caches), ()),
+        v_BxKxSxH=sum((c.v_BxKxSxH for c in caches), ()))
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, max_len: int,
                dtype: jnp.dtype | str | None = None) -> KVCache:
   """An empty cache; `dtype` defaults to the model's compute dtype."""
   dtype = jnp.dtype(dtype or cfg.dtype)
-  shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
+  shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
   return KVCache(
-      k_LxBxKxSxH=jnp.zeros(shape, dtype),
-      v_LxBxKxSxH=jnp.zeros(shape, dtype),
+      k_BxKxSxH=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
+      v_BxKxSxH=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
       valid_BxS=jnp.zeros((batch_size, max_len), jnp.bool_),
       index=jnp.zeros((), jnp.int32),
   )

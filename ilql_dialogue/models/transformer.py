@@ -20,33 +20,49 @@ Documented details of that contract:
     they are never attended to.
 
 Deviations from the first draft of the contract, kept minimal:
-  * KVCache stores [L, B, K, S, H] (`k_LxBxKxSxH`, `v_LxBxKxSxH`), not
-    [L, B, S, K, H]: with slots before heads XLA:CPU transposed each layer's
-    whole cache on every decode step (see models/kv_cache.py).
+  * KVCache holds one [B, K, S, H] buffer per layer (`k_BxKxSxH`, `v_BxKxSxH`
+    are tuples), not one [L, B, S, K, H] array: see models/kv_cache.py.
   * ModelConfig has a few extra fields with defaults: attn_out_bias and
     mlp_bias (GPT-2; Llama's attention_bias / mlp_bias), remat_policy,
-    prefix_field_vocab_sizes / prefix_num_rows (models.prefix), init_std.
+    prefix_field_vocab_sizes / prefix_num_rows (models.prefix), init_std,
+    and the speed knobs attention_impl, attention_block, unroll_layers.
 
 The layers are one `Block` module created under `nnx.vmap` (every parameter
-has a leading "layers" axis) and run by `jax.lax.scan`, so compile time does
-not grow with depth; with `cfg.remat` each layer is recomputed on the backward
-pass under the configured `jax.checkpoint_policies` policy ("dots_saveable"
-measured ~10% faster than no remat for training on 2 CPU cores, because it
-stores less). The cache is read inside the scan and written once after it.
+has a leading "layers" axis). Without a cache (training, scoring) they run
+under `jax.lax.scan`, unrolled by default (`cfg.unroll_layers`): the scan
+keeps one trace of the body, and unrolling lets XLA give each layer its own
+activation buffers instead of stacking them and slicing them back out in the
+backward pass (measured ~8% of a CPU training step). With `cfg.remat` each
+layer is recomputed on the backward pass under the configured
+`jax.checkpoint_policies` policy ("dots_saveable" measured ~10% faster than no
+remat for training on 2 CPU cores, because it stores less). With a cache (prefill, append, decode) the
+layers are a Python loop: each reads and updates its own cache buffer in
+place, which a scan over stacked layers cannot do without copying every
+layer's slice out on every step.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ilql_dialogue.models.attention import (Attention, block_mask, dot_product_attention,
-                                            rope_cos_sin)
+from ilql_dialogue.models import attention_kernels
+from ilql_dialogue.models.attention import Attention, rope_cos_sin
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.kv_cache import KVCache
 from ilql_dialogue.models.layers import make_mlp, make_norm, normal, param
+
+
+Attend = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
+# Per-layer Blocks of the trunks inside `hoisted_layers`, by id(trunk).
+_HOISTED: contextvars.ContextVar[dict[int, list["Block"]]] = contextvars.ContextVar(
+    "hoisted_layers", default={})
 
 
 class Block(nnx.Module):
@@ -59,16 +75,13 @@ class Block(nnx.Module):
     self.mlp = make_mlp(cfg, rngs=rngs)
 
   def __call__(self, x_BxTxD: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
-               visible_TxT: jax.Array, valid_BxT: jax.Array,
-               past: tuple[jax.Array, jax.Array, jax.Array] | None,
-               ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-    """Returns the new residual stream and this block's new keys/values [B, T, K, H]."""
+               attend: Attend) -> tuple[jax.Array, Any]:
+    """`attend(q, k, v) -> (out, extra)` is the softmax of the caller's mode; `extra` is returned."""
     q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH = self.attn.qkv(self.attn_norm(x_BxTxD), rope)
-    attn_BxTxKxGxH = dot_product_attention(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, visible_TxT,
-                                           valid_BxT, past)
+    attn_BxTxKxGxH, extra = attend(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH)
     x_BxTxD = x_BxTxD + self.attn.out(attn_BxTxKxGxH)
     x_BxTxD = x_BxTxD + self.mlp(self.mlp_norm(x_BxTxD))
-    return x_BxTxD, (k_BxTxKxH, v_BxTxKxH)
+    return x_BxTxD, extra
 
 
 class Transformer(nnx.Module):
@@ -111,32 +124,74 @@ class Transformer(nnx.Module):
       x_BxTxD = jnp.concatenate([prefix_BxPxD.astype(dtype), x_BxTxD], axis=1)
       positions_BxT = jnp.pad(positions_BxT, ((0, 0), (num_prefix, 0)))
       valid_BxT = jnp.pad(valid_BxT, ((0, 0), (num_prefix, 0)), constant_values=True)
-    num_slots = num_prefix + num_tokens
-    if cache is not None:
-      _check_room(cache, num_slots)
-    visible_TxT = block_mask(num_slots, num_prefix, cfg.prefix_bidirectional)
     rope = (rope_cos_sin(positions_BxT, cfg.head_dim, cfg.rope_theta)
             if cfg.family == "llama" else None)
-    past_visible_BxS = None if cache is None else cache.visible_BxS()
+    if cache is None:
+      x_BxTxD = self._layers(x_BxTxD, rope, valid_BxT, num_prefix)
+    else:
+      x_BxTxD, cache = self._cached_layers(x_BxTxD, rope, valid_BxT, num_prefix, cache)
+    return self.final_norm(x_BxTxD[:, num_prefix:]), cache
+
+  def _layers(self, x_BxTxD: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
+              valid_BxT: jax.Array, num_prefix: int) -> jax.Array:
+    """The cache-free path: every slot attends within this block, layers scanned."""
+    cfg = self.cfg
     graphdef, block_state = nnx.split(self.blocks)
 
-    def layer_step(x_BxTxD, layer_inputs):
-      state, past_kv = layer_inputs
-      if past_kv is None:  # Training: nothing to cache, so no stacked k/v outputs.
-        return nnx.merge(graphdef, state)(x_BxTxD, rope, visible_TxT, valid_BxT, None)[0], None
-      past = (*past_kv, past_visible_BxS)
-      return nnx.merge(graphdef, state)(x_BxTxD, rope, visible_TxT, valid_BxT, past)
+    def attend(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH):
+      return attention_kernels.attend_block(
+          cfg.attention_impl, q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, valid_BxT,
+          prefix_len=num_prefix, prefix_bidirectional=cfg.prefix_bidirectional,
+          block=cfg.attention_block), None
+
+    def layer_step(x_BxTxD, state):
+      return nnx.merge(graphdef, state)(x_BxTxD, rope, attend)[0], None
 
     if cfg.remat:
       layer_step = jax.checkpoint(
           layer_step, policy=getattr(jax.checkpoint_policies, cfg.remat_policy),
           prevent_cse=False)
-    past_kv = None if cache is None else (cache.k_LxBxKxSxH, cache.v_LxBxKxSxH)
-    x_BxTxD, new_kv = jax.lax.scan(layer_step, x_BxTxD, (block_state, past_kv))
-    hidden_BxTxD = self.final_norm(x_BxTxD[:, num_prefix:])
-    if cache is not None:
-      cache = cache.append(*new_kv, valid_BxT)
-    return hidden_BxTxD, cache
+    x_BxTxD, _ = jax.lax.scan(layer_step, x_BxTxD, block_state, unroll=cfg.unroll_layers)
+    return x_BxTxD
+
+  def _cached_layers(self, x_BxTxD: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
+                     valid_BxT: jax.Array, num_prefix: int, cache: KVCache,
+                     ) -> tuple[jax.Array, KVCache]:
+    """Writes this block's keys/values into each layer's buffer at [index, index + T), then
+    attends over the whole buffer: past slots by validity, new slots causally."""
+    cfg = self.cfg
+    num_slots = x_BxTxD.shape[1]
+    _check_room(cache, num_slots)
+    if cache.num_layers != cfg.num_layers:
+      raise ValueError(f"KVCache has {cache.num_layers} layers, the model {cfg.num_layers}")
+    index = cache.index
+    valid_BxS = jax.lax.dynamic_update_slice(cache.valid_BxS, valid_BxT, (0, index))
+    visible_TxS = attention_kernels.visible_mask(num_slots, cache.max_len, index, index,
+                                                 num_prefix, cfg.prefix_bidirectional)
+    new_k, new_v = [], []
+    blocks = _HOISTED.get().get(id(self)) or self.layer_blocks()
+    for layer, (k_BxKxSxH, v_BxKxSxH) in enumerate(zip(cache.k_BxKxSxH, cache.v_BxKxSxH)):
+
+      def attend(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, k_BxKxSxH=k_BxKxSxH, v_BxKxSxH=v_BxKxSxH):
+        k_BxKxSxH = jax.lax.dynamic_update_slice(
+            k_BxKxSxH, jnp.swapaxes(k_BxTxKxH, 1, 2).astype(k_BxKxSxH.dtype), (0, 0, index, 0))
+        v_BxKxSxH = jax.lax.dynamic_update_slice(
+            v_BxKxSxH, jnp.swapaxes(v_BxTxKxH, 1, 2).astype(v_BxKxSxH.dtype), (0, 0, index, 0))
+        out = attention_kernels.attend_cache(q_BxTxKxGxH, k_BxKxSxH, v_BxKxSxH, visible_TxS,
+                                             valid_BxS)
+        return out, (k_BxKxSxH, v_BxKxSxH)
+
+      x_BxTxD, (k_BxKxSxH, v_BxKxSxH) = blocks[layer](x_BxTxD, rope, attend)
+      new_k.append(k_BxKxSxH)
+      new_v.append(v_BxKxSxH)
+    return x_BxTxD, KVCache(k_BxKxSxH=tuple(new_k), v_BxKxSxH=tuple(new_v),
+                            valid_BxS=valid_BxS, index=index + num_slots)
+
+  def layer_blocks(self) -> list[Block]:
+    """One Block per layer, its parameters sliced out of the stacked [L, ...] tree."""
+    graphdef, block_state = nnx.split(self.blocks)
+    return [nnx.merge(graphdef, jax.tree.map(lambda p, layer=layer: p[layer], block_state))
+            for layer in range(self.cfg.num_layers)]
 
   def logits(self, hidden_BxNxD: jax.Array) -> jax.Array:
     """float32 vocabulary logits for hidden states of any leading shape."""
@@ -146,6 +201,24 @@ class Transformer(nnx.Module):
                         self.embed[...].astype(dtype), preferred_element_type=jnp.float32)
     return jnp.einsum("...d,dv->...v", hidden_BxNxD.astype(dtype),
                       self.lm_head[...].astype(dtype), preferred_element_type=jnp.float32)
+
+
+@contextlib.contextmanager
+def hoisted_layers(model: nnx.Module) -> Iterator[None]:
+  """Inside this context, every Transformer in `model` decodes from per-layer parameters
+  sliced once, here.
+
+  For a `lax.while_loop` traced inside it: XLA:CPU does not hoist the slices
+  out of the loop, so without this each decode step copies every layer's
+  weights out of the stacked tree (12% of decode time at batch 64).
+  """
+  hoisted = {id(node): node.layer_blocks() for _, node in nnx.iter_graph(model)
+             if isinstance(node, Transformer)}
+  token = _HOISTED.set({**_HOISTED.get(), **hoisted})
+  try:
+    yield
+  finally:
+    _HOISTED.reset(token)
 
 
 def _lookup(table_NxD: jax.Array, ids_BxT: jax.Array, what: str) -> jax.Array:
