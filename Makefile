@@ -1,11 +1,11 @@
 # `make run`: create .venv, install, run the end-to-end pipeline on embedded defaults.
-# `make test`: install the dev requirements and run the test suite.
+# `make test`: install the dev requirements and run the test suite, then the multi-process tests.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 RUN_DIR ?= runs/quickstart
 
-.PHONY: run test venv dev clean
+.PHONY: run test test-multiprocess venv dev clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,12 @@ run: $(VENV)/.installed
 test: $(VENV)/.dev-installed
 	$(PY) -m pytest -q tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$status
+	$(MAKE) test-multiprocess
+
+# Jobs of several JAX processes on localhost (tests/test_multiprocess.py): about three
+# minutes of CPU, too long for the suite, so they run once after it.
+test-multiprocess: $(VENV)/.dev-installed
+	MULTIPROCESS_TESTS=1 $(PY) -m pytest -q tests/test_multiprocess.py
 
 clean:
 	rm -rf $(VENV) runs

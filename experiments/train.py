@@ -5,7 +5,8 @@
 
 Re-running the same command in the same workdir resumes from its latest
 checkpoint. Multi-host: pass --jax_distributed on every host (coordinator
-flags, or auto-detection on TPU / SLURM / Kubernetes).
+flags, or auto-detection on TPU / SLURM / Kubernetes); docs/SCALING.md has the
+launch recipes.
 """
 
 import os
@@ -14,6 +15,7 @@ import jax
 from absl import flags, logging
 
 from experiments import cli, train_lib
+from ilql_dialogue import multihost
 
 _CONFIG = cli.define_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and plots go here.",
@@ -31,7 +33,7 @@ def main(argv):
   cli.validate_train_config(_CONFIG.value)
   cli.output_dir(_WORKDIR.value, "--workdir")
   if _DISTRIBUTED.value:
-    jax.distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info("JAX %s: process %d/%d, %d devices.", jax.__version__, jax.process_index(),
                jax.process_count(), jax.device_count())
   train_lib.run(_CONFIG.value, os.path.abspath(_WORKDIR.value))

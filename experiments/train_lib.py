@@ -21,7 +21,7 @@ import numpy as np
 import tokenizers
 
 from experiments import skill_probes
-from ilql_dialogue import init_from, registry, train_loop
+from ilql_dialogue import init_from, multihost, registry, train_loop
 
 SYNTHETIC_VOCAB = 128  # model.vocab_size for synthetic data when the config leaves it at 0.
 
@@ -126,8 +126,8 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     train_data = tasks.train_data(task, config)
     eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
     for extra in (online_eval(task, config), skill_probes.probe_fn(config)):
-      if extra is not None:
-        eval_fn = train_loop.merged_evaluators(eval_fn, extra)
+      if extra is not None:  # Both decode from the host: per process on a whole replica.
+        eval_fn = train_loop.merged_evaluators(eval_fn, multihost.per_process(extra))
   elif config.data.synthetic:
     if config.model.vocab_size <= 0:
       config.model.vocab_size = SYNTHETIC_VOCAB

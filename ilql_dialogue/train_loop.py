@@ -132,7 +132,13 @@ def build_training(config: ml_collections.ConfigDict, algorithm: algorithm_lib.A
 
 def place_batch(batch: Mapping[str, np.ndarray], config: ml_collections.ConfigDict,
                 mesh: Mesh) -> dict[str, jax.Array]:
-  """This host's [host_batch, ...] rows -> global [accum, micro_batch, ...] arrays."""
+  """This host's [host_batch, ...] rows -> global [accum, micro_batch, ...] arrays.
+
+  Row r of a host's rows goes to microbatch r % accum. Hosts hold contiguous
+  blocks of the global batch whose size accum divides, so global row g lands in
+  microbatch g % accum whatever the number of hosts: a run's updates do not
+  depend on how many processes load its data.
+  """
   accum = config.train.grad_accum_steps
   host_rows = config.train.batch_size // jax.process_count()
   local = {}
@@ -141,7 +147,7 @@ def place_batch(batch: Mapping[str, np.ndarray], config: ml_collections.ConfigDi
     if array.ndim == 0 or array.shape[0] != host_rows:
       raise ValueError(f"train batch[{key!r}] has shape {array.shape}; expected leading "
                        f"dimension {host_rows} (train.batch_size / process_count)")
-    local[key] = array.reshape(accum, host_rows // accum, *array.shape[1:])
+    local[key] = array.reshape(host_rows // accum, accum, *array.shape[1:]).swapaxes(0, 1)
   return sharding.put_batch(local, mesh)
 
 

@@ -248,13 +248,15 @@ def _check_flights_in_table(rec: _Record, sample_fields: Mapping[str, Any],
                         f"flight {number} is not in the aligned kb line's table")
 
 
-def enumerate_samples(data_path: PathLike,
-                      kb_path: PathLike | None = None) -> Iterator[tuple[int, schema.Sample]]:
+def enumerate_samples(data_path: PathLike, kb_path: PathLike | None = None, *,
+                      keep: Callable[[int], bool] | None = None
+                      ) -> Iterator[tuple[int, schema.Sample]]:
   """Yields (1-based line number, Sample), reading both files in lockstep.
 
   Without `kb_path` every sample's table is None and flight numbers are not
   checked against a table. Files of different lengths raise when the shorter
-  one ends, naming both files.
+  one ends, naming both files. With `keep`, only lines it accepts are parsed
+  and yielded (parallel readers split one file this way).
   """
   with open(data_path, "rb") as data_file, (
       open(kb_path, "rb") if kb_path is not None else contextlib.nullcontext()) as kb_file:
@@ -269,6 +271,8 @@ def enumerate_samples(data_path: PathLike,
         longer, shorter = (kb_path, data_path) if not data_raw else (data_path, kb_path)
         raise format_error(longer, line, LINE_FIELD,
                            f"no aligned line: {os.fspath(shorter)} has only {line - 1} lines")
+      if keep is not None and not keep(line):
+        continue
       data_rec = _Record(data_path, line)
       sample_fields = _parse_data_line(data_rec, data_rec.parse_json(data_raw))
       table = None
