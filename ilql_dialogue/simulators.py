@@ -23,8 +23,11 @@ inside a party:
 The engine calls `respond` once per turn with all rows at once, so a learned
 party decodes the whole batch in one call. Spec strings (`make_party`):
 
-    scripted:STYLE          scripted AirDialogue customer (customers.STYLES)
-    scripted_agent:NAME     scripted AirDialogue agent (agents.AGENTS; oracle = reference)
+    scripted:STYLE[/FAMILY]       scripted AirDialogue customer (customers.STYLES)
+    scripted_agent:NAME[/FAMILY]  scripted AirDialogue agent (agents.AGENTS; oracle = reference)
+                            FAMILY: a phrasing family (customer_families / agent_families,
+                            default template) or a group of family_split.json (train,
+                            held_out), from which each row draws one by its seed
     PATH                    a training workdir: the checkpoint as an LMParty
     module.path:ClassName   a user's class implementing the protocol; it is
                             constructed with `role=` if its __init__ takes
@@ -52,7 +55,8 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from data_pipelines.airdialogue import action_grammar, agents, customers, schema, to_dialogue
+from data_pipelines.airdialogue import action_grammar, agents, customers, family_split, schema
+from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.dialogue import Turn
 from data_pipelines.mdp import SerializeContext
 from data_pipelines.tokenization import DialogueTokenizer
@@ -108,18 +112,33 @@ def _check_rows(name: str, histories: Sequence[Any], batch: int) -> None:
     raise ValueError(f"{name}.respond: {len(histories)} histories for {batch} rows (reset)")
 
 
-class ScriptedCustomer:
-  """`customers.Customer` of one style in every row: opens, then answers each agent turn."""
+DEFAULT_FAMILY = "template"
 
-  def __init__(self, style: str):
+
+def _row_family(families: tuple[str, ...], rng: np.random.Generator) -> str:
+  """A row's phrasing family: the only one, or one drawn from the row's own generator."""
+  return families[0] if len(families) == 1 else families[rng.integers(len(families))]
+
+
+class ScriptedCustomer:
+  """`customers.Customer` of one style in every row: opens, then answers each agent turn.
+
+  `family` is a customer phrasing family or a group of them (family_split).
+  """
+
+  def __init__(self, style: str, family: str = DEFAULT_FAMILY):
     if style not in customers.STYLES:
       raise ValueError(f"unknown customer style {style!r}; known: {sorted(customers.STYLES)}")
     self.style = style
+    self.families = family_split.SPLIT.resolve("customer", family)
     self._rows: list[customers.Customer] = []
 
   def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
-    self._rows = [customers.Customer(intent_from_json(c), self.style, np.random.default_rng(s))
-                  for c, s in zip(contexts, seeds, strict=True)]
+    self._rows = []
+    for c, s in zip(contexts, seeds, strict=True):
+      rng = np.random.default_rng(s)
+      family = _row_family(self.families, rng)
+      self._rows.append(customers.Customer(intent_from_json(c), self.style, rng, family))
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     _check_rows("ScriptedCustomer", histories, len(self._rows))
@@ -138,17 +157,24 @@ class ScriptedCustomer:
 
 
 class ScriptedAgent:
-  """`agents.ScriptedAgent` of one skill in every row (`oracle` always succeeds)."""
+  """`agents.ScriptedAgent` of one skill in every row (`oracle` always succeeds).
 
-  def __init__(self, skill: str):
+  `family` is an agent phrasing family or a group of them (family_split).
+  """
+
+  def __init__(self, skill: str, family: str = DEFAULT_FAMILY):
     if skill not in agents.AGENTS:
       raise ValueError(f"unknown scripted agent {skill!r}; known: {sorted(agents.AGENTS)}")
     self.skill = skill
+    self.families = family_split.SPLIT.resolve("agent", family)
     self._rows: list[agents.ScriptedAgent] = []
 
   def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
-    self._rows = [agents.ScriptedAgent(table_from_json(c), self.skill, np.random.default_rng(s))
-                  for c, s in zip(contexts, seeds, strict=True)]
+    self._rows = []
+    for c, s in zip(contexts, seeds, strict=True):
+      rng = np.random.default_rng(s)
+      family = _row_family(self.families, rng)
+      self._rows.append(agents.ScriptedAgent(table_from_json(c), self.skill, rng, family))
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     _check_rows("ScriptedAgent", histories, len(self._rows))
@@ -473,6 +499,14 @@ def load_class(spec: str, role: str) -> Party:
   return party
 
 
+def _name_and_family(spec: str, prefix: str) -> tuple[str, str]:
+  """'scripted:terse/numeric' -> ('terse', 'numeric'); no '/FAMILY' -> the template family."""
+  name, sep, family = spec[len(prefix):].partition("/")
+  if sep and not family:
+    raise ValueError(f"party spec {spec!r}: empty phrasing family after '/'")
+  return name, family or DEFAULT_FAMILY
+
+
 def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   """The party a spec string names (module docstring), to play `role`.
 
@@ -482,16 +516,16 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   if spec.startswith(SCRIPTED_CUSTOMER_PREFIX):
     if role != CUSTOMER:
       raise ValueError(f"party spec {spec!r} is a scripted customer, asked to play {role!r}")
-    return ScriptedCustomer(spec[len(SCRIPTED_CUSTOMER_PREFIX):])
+    return ScriptedCustomer(*_name_and_family(spec, SCRIPTED_CUSTOMER_PREFIX))
   if spec.startswith(SCRIPTED_AGENT_PREFIX):
     if role != AGENT:
       raise ValueError(f"party spec {spec!r} is a scripted agent, asked to play {role!r}")
-    return ScriptedAgent(spec[len(SCRIPTED_AGENT_PREFIX):])
+    return ScriptedAgent(*_name_and_family(spec, SCRIPTED_AGENT_PREFIX))
   if os.path.isdir(spec):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
     return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)
   if CLASS_SPEC_RE.match(spec):
     return load_class(spec, role)
-  raise ValueError(f"party spec {spec!r}: expected {SCRIPTED_CUSTOMER_PREFIX}STYLE, "
-                   f"{SCRIPTED_AGENT_PREFIX}NAME, a checkpoint workdir (no such directory) or "
-                   f"module.path:ClassName")
+  raise ValueError(f"party spec {spec!r}: expected {SCRIPTED_CUSTOMER_PREFIX}STYLE[/FAMILY], "
+                   f"{SCRIPTED_AGENT_PREFIX}NAME[/FAMILY], a checkpoint workdir (no such "
+                   f"directory) or module.path:ClassName")

@@ -11,8 +11,10 @@ import pytest
 
 from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.airdialogue import action_grammar
+from data_pipelines.airdialogue import agent_families
 from data_pipelines.airdialogue import agents
 from data_pipelines.airdialogue import context
+from data_pipelines.airdialogue import customer_families
 from data_pipelines.airdialogue import customers
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
@@ -107,7 +109,7 @@ def _truth(intent):
 def test_every_answer_is_heard_in_full(contexts, style):
   """Each slot question gets an answer the agents extract completely (all paraphrases)."""
   rng = np.random.default_rng(9)
-  questions = {slot: agents._ASK[slot] for slot in customers.SLOTS}
+  questions = {slot: agent_families.TEMPLATE.parts[f"ask_{slot}"] for slot in customers.SLOTS}
   for intent, _ in contexts[:100]:
     truth = _truth(intent)
     for slot, asks in questions.items():
@@ -184,7 +186,9 @@ def test_customers_understand_free_wording(utterance, kind, slots):
 
 
 def test_small_talk_carries_no_slots():
-  chatter = customers._SMALL_TALK + customers._INTERJECTION + customers._GREETING["chatty"]
+  template = customer_families.TEMPLATE
+  chatter = (template.parts["small_talk"] + template.parts["interjection"]
+             + template.parts["greeting"]["chatty"])
   for line in chatter:
     assert not agents.extract_slots(line), line
 

@@ -1,10 +1,13 @@
 """Scripted AirDialogue agents: they see the flight table, never the customer's intent.
 
 An agent learns the goal and constraints only from what the customer says
-(regex slot extraction), builds an Intent from what it heard, asks the solver
+(slot_parser, told what the agent just asked and which airports its table
+holds), builds an Intent from what it heard, asks the solver
 for the cheapest matching flights, proposes one, and submits the final action
 in the action grammar once the customer agrees. A customer may still add a
-constraint when a flight is proposed; the agent then searches again.
+constraint when a flight is proposed; the agent then searches again. How the
+agent words all this is its phrasing family (agent_families); some families
+ask the customer to wait while they search, as the real agents do.
 
 Degraded agents carry one flaw each, so a corpus mixes good and bad behaviour
 the way human data does:
@@ -22,13 +25,15 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 import numpy as np
 
 from data_pipelines.airdialogue import action_grammar
+from data_pipelines.airdialogue import agent_families
 from data_pipelines.airdialogue import customers
 from data_pipelines.airdialogue import schema
+from data_pipelines.airdialogue import slot_parser
 from data_pipelines.airdialogue import solver
 
 FLAWS = (
@@ -54,30 +59,10 @@ AGENTS: Mapping[str, AgentSkill] = {
 
 # --- Hearing the customer ---------------------------------------------------
 
-_MONTHS_RE = "|".join(schema.MONTHS)
-_DATE_RE = re.compile(rf"\b({_MONTHS_RE})\s+(\d{{1,2}})(?:st|nd|rd|th)?\b")
-_FROM_RE = re.compile(r"(?:\b[Ff]rom|\bout of|\bleaving)\s+([A-Z]{3})\b")
-_TO_RE = re.compile(r"(?:\b[Tt]o|\binto)\s+([A-Z]{3})\b")
-_PAIR_RE = re.compile(r"\b([A-Z]{3})\s+(?:to|-)\s+([A-Z]{3})\b")
-_NAME_WORDS = r"([A-Z][a-z'-]+(?: [A-Z][a-z'-]+)+)"
-_NAME_RE = re.compile(rf"(?i:name is|it's|i'm|i am|this is|under)\s+{_NAME_WORDS}")
-_BARE_NAME_RE = re.compile(rf"\s*{_NAME_WORDS}\s*")
-_CHUNK_RE = re.compile(r"[.!?]")
-_CLAUSE_RE = re.compile(r"[.,;:!?]|\band\b|\bbut\b")
-_TIME_RE = re.compile(r"\b(morning|afternoon|evening)\b", re.IGNORECASE)
-_RETURN_RE = re.compile(r"\breturn|\bback\b", re.IGNORECASE)
-_CLASS_RE = re.compile(r"\b(economy|business)\b", re.IGNORECASE)
-_PRICE_RE = re.compile(r"\$\s?(\d+)|\b(\d+) dollars\b")
-_DIRECT_RE = re.compile(r"\bdirect\b|non-?stop|no connections|no stops", re.IGNORECASE)
-_ONE_STOP_RE = re.compile(r"\b(?:one|1) (?:connection|stop)", re.IGNORECASE)
-_AIRLINE_RE = re.compile(r"normal[- ]cost", re.IGNORECASE)
-_GOAL_RES = (
-    ("cancel", re.compile(r"cancel", re.IGNORECASE)),
-    ("change", re.compile(r"\bchange|modify|reschedule", re.IGNORECASE)),
-    ("book", re.compile(r"\bbook|reserve|ticket", re.IGNORECASE)),
-)
+# Agreement to a proposal, in any family's words ("yes", "go for it", "lovely", ...).
 _ACCEPT_RE = re.compile(
-    r"\b(?:yes|yeah|sure|ok|okay|go ahead|sounds good|please do|perfect|that works|wonderful)\b",
+    r"\b(?:yes|yeah|yep|yup|sure|ok|okay|alright|go ahead|proceed|please do|do it|do that|"
+    r"go for it|confirm|sounds good|perfect|that works|that'll do|wonderful|lovely|great|fine)\b",
     re.IGNORECASE)
 
 # The Intent attributes each constraint slot sets.
@@ -92,81 +77,17 @@ _TRIP_FIELDS = ("departure_airport", "return_airport", "departure_month", "depar
                 "return_month", "return_day")
 
 
-def extract_slots(utterance: str) -> dict[str, Any]:
-  """Every Intent field the utterance states, keyed by Intent attribute name."""
-  out: dict[str, Any] = {}
-  for goal, r in _GOAL_RES:
-    if r.search(utterance):
-      out["goal"] = goal
-      break
-  m = _NAME_RE.search(utterance)
-  if m is None:
-    m = next(filter(None, (_BARE_NAME_RE.fullmatch(c) for c in _CHUNK_RE.split(utterance))), None)
-  if m is not None:
-    out["name"] = m[1]
-  if m := _PAIR_RE.search(utterance):
-    out["departure_airport"], out["return_airport"] = m[1], m[2]
-  if m := _FROM_RE.search(utterance):
-    out["departure_airport"] = m[1]
-  if m := _TO_RE.search(utterance):
-    out["return_airport"] = m[1]
-  dates = _DATE_RE.findall(utterance)
-  if len(dates) >= 2:
-    out["departure_month"], out["departure_day"] = dates[0]
-    out["return_month"], out["return_day"] = dates[1]
-  for clause in _CLAUSE_RE.split(utterance):
-    if m := _TIME_RE.search(clause):
-      out["return_time" if _RETURN_RE.search(clause) else "departure_time"] = m[1].lower()
-  if m := _CLASS_RE.search(utterance):
-    out["flight_class"] = m[1].lower()
-  if m := _PRICE_RE.search(utterance):
-    out["max_price"] = int(m[1] or m[2])
-  if _DIRECT_RE.search(utterance):
-    out["max_connections"] = 0
-  elif _ONE_STOP_RE.search(utterance):
-    out["max_connections"] = 1
-  if _AIRLINE_RE.search(utterance):
-    out["airline_preference"] = "normal-cost"
-  for key in ("departure_day", "return_day"):
-    if key in out:
-      out[key] = str(int(out[key]))
-  return out
+def extract_slots(utterance: str, asked: Collection[str] = (),
+                  airports: Collection[str] = ()) -> dict[str, Any]:
+  """Every Intent field the utterance states, keyed by Intent attribute name (slot_parser)."""
+  return slot_parser.parse(utterance, asked, airports)
 
 
 # --- Speaking ---------------------------------------------------------------
 
-_ASK = {
-    customers.GOAL: ("How can I help you?", "How may I help you today?", "What can I do for you?"),
-    customers.NAME: ("May I have your name, please?", "Could you tell me your name?",
-                     "Can I get your full name?"),
-    (customers.AIRPORTS, customers.DATES): (
-        "Where are you flying from and to, and what are your travel dates?",
-        "Could you give me your origin and destination airports and your travel dates?"),
-    customers.AIRPORTS: ("Which airports are you flying from and to?",
-                         "What are your origin and destination airports?"),
-    customers.DATES: ("What are your travel dates?", "When would you like to leave and come back?"),
-    "preferences": (
-        "Do you have any preferences on departure or return time, class, budget, number of "
-        "connections or airline?",
-        "Any requirements for time of travel, class, price, connections or airline?"),
-    customers.TIME: ("What time of day would you like to fly?",),
-    customers.CLASS: ("Do you prefer economy or business class?",),
-    customers.PRICE: ("What is your budget for this trip?",),
-    customers.CONNECTIONS: ("How many connections can you accept?",),
-    customers.AIRLINE: ("Do you have an airline preference?",),
-    "confirm_name": ("Sorry, could you confirm your name once more?",),
-    "confirm_dates": ("Could you confirm your travel dates again?",),
-}
-_VERB = {"book": "book it", "change": "change your reservation to it"}
-_DONE = {
-    "book": ("Your ticket is booked.", "Done, your flight is booked."),
-    "change": ("Your reservation has been changed.", "Done, I changed your reservation."),
-    "cancel": ("Your reservation has been cancelled.", "Done, your reservation is cancelled."),
-    "no_flight": ("Sorry, there are no flights matching your requirements.",
-                  "Unfortunately I could not find a flight that meets your needs."),
-    "no_reservation": ("Sorry, I could not find a reservation under your name.",
-                       "Unfortunately there is no reservation under your name."),
-}
+# Questions that are not named after the one slot they ask about.
+_SLOTS_OF_QUESTION = {"preferences": customers.CONSTRAINT_SLOTS,
+                      "confirm_name": (customers.NAME,), "confirm_dates": (customers.DATES,)}
 _WRONG_STATUS = {"book": "change", "change": "book", "cancel": "no_reservation",
                  "no_flight": "no_reservation", "no_reservation": "no_flight"}
 
@@ -191,15 +112,24 @@ def _misspell(name: str, rng: np.random.Generator) -> str:
 class ScriptedAgent:
   """A rule-based agent; `respond()` to each customer turn until `action` is set."""
 
-  def __init__(self, table: schema.FlightTable, skill: AgentSkill | str, rng: np.random.Generator):
+  def __init__(self, table: schema.FlightTable, skill: AgentSkill | str, rng: np.random.Generator,
+               family: agent_families.AgentFamily | str = "template"):
     self.table = table
     self.skill = AGENTS[skill] if isinstance(skill, str) else skill
+    if isinstance(family, str) and family not in agent_families.FAMILIES:
+      raise ValueError(f"unknown agent phrasing family {family!r}; "
+                       f"known: {sorted(agent_families.FAMILIES)}")
+    self.family = agent_families.FAMILIES[family] if isinstance(family, str) else family
     self.rng = rng
     self.flaw = self.skill.flaw if rng.random() < self.skill.flaw_rate else None
     self.heard: dict[str, Any] = {}
     self.action: schema.Action | None = None
     self._turn = 0
     self._asked: set[str] = set()
+    self._last_asked: frozenset[str] = frozenset()  # Slots of the agent's latest question.
+    self._waited = False
+    self._airports = frozenset(
+        a for f in table.flights for a in (f.departure_airport, f.return_airport))
     self._pending: schema.Action | None = None  # Proposed, awaiting the customer's yes.
     self._last_proposal: schema.Action | None = None
     self._redundant_queue = (
@@ -208,8 +138,8 @@ class ScriptedAgent:
     self._forgotten: str | None = None
     self._cols: solver.FlightColumns | None = None  # The table as arrays, built on first search.
 
-  def _pick(self, options) -> str:
-    return options[self.rng.integers(len(options))]
+  def _say(self, part: str, **fields: str) -> str:
+    return self.family.say(part, self.rng, **fields)
 
   def respond(self, customer_utterance: str) -> str:
     if self.action is not None:
@@ -217,14 +147,16 @@ class ScriptedAgent:
     new = self._listen(customer_utterance)
     text = self._next(customer_utterance, new)
     if self._turn == 0:
-      text = f"{self._pick(('Hello.', 'Hi there.', 'Good day.'))} {text}"
+      text = f"{self._say('greeting')} {text}"
     self._turn += 1
     return text
 
   def _listen(self, utterance: str) -> set[str]:
     """Merges what was said into `heard`; returns the fields whose value changed."""
     changed = set()
-    for key, value in extract_slots(utterance).items():
+    heard = extract_slots(utterance, self._last_asked, self._airports)
+    self._last_asked = frozenset()
+    for key, value in heard.items():
       if key == "goal" and "goal" in self.heard:
         continue  # "Yes, please book it" confirms; it does not change the goal.
       if self.heard.get(key) != value:
@@ -233,8 +165,14 @@ class ScriptedAgent:
     return changed
 
   def _ask(self, key) -> str:
+    """Asks for a slot (or a slot pair, "preferences", "confirm_*") in the family's words."""
     self._asked.add(key)
-    return self._pick(_ASK[key])
+    if isinstance(key, tuple):
+      self._last_asked, part = frozenset(key), "ask_trip"
+    else:
+      self._last_asked = frozenset(_SLOTS_OF_QUESTION.get(key, (key,)))
+      part = key if key in _SLOTS_OF_QUESTION and key != "preferences" else f"ask_{key}"
+    return self._say(part)
 
   def _next(self, utterance: str, new: set[str]) -> str:
     if self._pending is not None:
@@ -265,6 +203,9 @@ class ScriptedAgent:
     volunteered = any(f in heard for fs in CONSTRAINT_FIELDS.values() for f in fs)
     if "preferences" not in self._asked and not volunteered:
       return self._ask("preferences")
+    if not self._waited and self.rng.random() < self.family.wait_p:
+      self._waited = True
+      return self._say("wait")
     return self._decide()
 
   def _heard_intent(self) -> schema.Intent:
@@ -303,17 +244,17 @@ class ScriptedAgent:
     again = self._last_proposal == action
     self._pending = self._last_proposal = action
     if action.status == "cancel":
-      return f"I found your reservation, flight {self.table.reservation}. Shall I cancel it?"
+      return self._say("propose_cancel", flight=str(self.table.reservation))
+    verb = self._say(f"verb_{action.status}")
     if again:
-      return (f"Flight {action.flights[0]} still meets all your requirements. "
-              f"Shall I {_VERB[action.status]}?")
+      return self._say("propose_again", flight=str(action.flights[0]), verb=verb)
     f = next(f for f in self.table.flights if f.flight_number == action.flights[0])
     stops = f"{f.num_connections} connection{'' if f.num_connections == 1 else 's'}"
-    return (f"I found flight {f.flight_number} on {f.airline}, leaving {f.departure_month} "
-            f"{f.departure_day} at {f.departure_time_num}:00 and returning {f.return_month} "
-            f"{f.return_day} at {f.return_time_num}:00, {f.flight_class} class, {stops}, "
-            f"${f.price}. "
-            f"Shall I {_VERB[action.status]}?")
+    return self._say(
+        "propose", flight=str(f.flight_number), airline=f.airline,
+        dep_date=f"{f.departure_month} {f.departure_day}", dep_hour=str(f.departure_time_num),
+        ret_date=f"{f.return_month} {f.return_day}", ret_hour=str(f.return_time_num),
+        cls=f.flight_class, stops=stops, price=str(f.price), verb=verb)
 
   def _submit(self, action: schema.Action) -> str:
     if self.flaw == "wrong_status":
@@ -323,4 +264,4 @@ class ScriptedAgent:
     if self.flaw == "misspell_name":
       action = dataclasses.replace(action, name=_misspell(action.name, self.rng))
     self.action = action
-    return f"{self._pick(_DONE[action.status])} {action_grammar.format_action(action)}"
+    return f"{self._say(f'done_{action.status}')} {action_grammar.format_action(action)}"

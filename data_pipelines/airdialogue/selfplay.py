@@ -1,10 +1,12 @@
 """Customer x agent self-play: the synthetic AirDialogue corpus, in the official schema.
 
 Each sample pairs a sampled context with a customer style and an agent skill
-drawn from configurable mixes, plays the conversation out, and records what
-the agent submitted next to the solver's expected action. The default agent
-mix is tuned so that roughly two dialogues in three succeed: offline RL needs
-failures to learn from, as the human corpus has them.
+drawn from configurable mixes, and a phrasing family for each side drawn
+from the *training* families of `family_split` (a held-out family is refused),
+plays the conversation out, and records what the agent submitted next to the
+solver's expected action. The default agent mix is tuned so that roughly two
+dialogues in three succeed: offline RL needs failures to learn from, as the
+human corpus has them.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import numpy as np
 import tqdm
 
 from data_pipelines.airdialogue import action_grammar
+from data_pipelines.airdialogue import agent_families
 from data_pipelines.airdialogue import agents
 from data_pipelines.airdialogue import context
+from data_pipelines.airdialogue import customer_families
 from data_pipelines.airdialogue import customers
+from data_pipelines.airdialogue import family_split
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
@@ -35,10 +40,24 @@ DEFAULT_AGENT_MIX = {
     "oracle": 0.3, "redundant": 0.1, "forget_constraint": 0.1, "not_cheapest": 0.15,
     "wrong_status": 0.12, "misspell_name": 0.12, "give_up": 0.11,
 }
+DEFAULT_CUSTOMER_FAMILY_MIX = {f: 1.0 for f in family_split.SPLIT.train("customer")}
+DEFAULT_AGENT_FAMILY_MIX = {f: 1.0 for f in family_split.SPLIT.train("agent")}
 DEFAULT_MAX_TURNS = 40
 SELFPLAY_KEY = "selfplay"  # data.json key recording who played.
 _CONTEXT_CHUNK = 1000
 _FIRST_TIMESTAMP = 1_500_000_000  # Mid-2017, as the release's epoch-second timestamps.
+
+
+def parse_family_mix(spec: Mapping[str, float] | str, role: str,
+                     split: family_split.FamilySplit = family_split.SPLIT) -> dict[str, float]:
+  """Like `parse_mix` over `role`'s phrasing families; a held-out family raises."""
+  registry = {"customer": customer_families.FAMILIES, "agent": agent_families.FAMILIES}[role]
+  mix = parse_mix(spec, registry, f"{role} family")
+  held_out = sorted(set(mix) & set(split.held_out(role)))
+  if held_out:
+    raise ValueError(f"{role} family mix: {held_out} are held out (family_split.json); a "
+                     f"training corpus only uses {list(split.train(role))}")
+  return mix
 
 
 class Agent(Protocol):
@@ -108,36 +127,55 @@ def generate_samples(
     agent_mix: Mapping[str, float] | str = DEFAULT_AGENT_MIX,
     max_turns: int = DEFAULT_MAX_TURNS,
     progress: bool = False,
+    customer_family_mix: Mapping[str, float] | str = DEFAULT_CUSTOMER_FAMILY_MIX,
+    agent_family_mix: Mapping[str, float] | str = DEFAULT_AGENT_FAMILY_MIX,
+    typing_noise_scale: float = 1.0,
 ) -> Iterator[schema.Sample]:
   """`n` self-play samples, lazily; the same arguments always give the same samples.
 
   `seed` is numpy SeedSequence entropy: an int, or a list of ints for streams
   that must stay apart from the integer seeds (tasks/airdialogue_lm.py).
 
-  The mixes are checked here, before anything is generated or written.
+  The family mixes name training phrasing families only (`family_split`);
+  `typing_noise_scale` multiplies every customer family's typing-noise rates
+  (0 for clean text). The mixes are checked here, before anything is
+  generated or written.
   """
   c_mix = parse_mix(customer_mix, customers.STYLES, "customer")
   a_mix = parse_mix(agent_mix, agents.AGENTS, "agent")
+  families = (parse_family_mix(customer_family_mix, "customer"),
+              parse_family_mix(agent_family_mix, "agent"))
   if n < 0:
     raise ValueError(f"n must be >= 0, got {n}")
-  return _generate(seed, n, kb_size, c_mix, a_mix, max_turns, progress)
+  if typing_noise_scale < 0:
+    raise ValueError(f"typing_noise_scale must be >= 0, got {typing_noise_scale}")
+  return _generate(seed, n, kb_size, c_mix, a_mix, max_turns, progress, families,
+                   typing_noise_scale)
 
 
-def _generate(seed, n, kb_size, c_mix, a_mix, max_turns, progress) -> Iterator[schema.Sample]:
-  c_names, a_names = list(c_mix), list(a_mix)
+def _draw(rng: np.random.Generator, mix: Mapping[str, float], n: int) -> list[str]:
+  names = list(mix)
+  return [names[i] for i in rng.choice(len(names), n, p=np.asarray(list(mix.values())))]
+
+
+def _generate(seed, n, kb_size, c_mix, a_mix, max_turns, progress, family_mixes,
+              noise_scale) -> Iterator[schema.Sample]:
   context_rng, play_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-  style_idx = play_rng.choice(len(c_names), n, p=np.asarray(list(c_mix.values())))
-  agent_idx = play_rng.choice(len(a_names), n, p=np.asarray(list(a_mix.values())))
+  styles, skills = _draw(play_rng, c_mix, n), _draw(play_rng, a_mix, n)
+  c_families, a_families = (_draw(play_rng, mix, n) for mix in family_mixes)
   with tqdm.tqdm(total=n, disable=not progress, desc="self-play", unit="dialogue") as bar:
     for start in range(0, n, _CONTEXT_CHUNK):
       # Contexts come in chunks so memory stays flat however large n is.
       chunk = context.sample_contexts(context_rng, min(_CONTEXT_CHUNK, n - start), kb_size)
       for i, (intent, table) in enumerate(chunk, start):
-        style, skill = c_names[style_idx[i]], a_names[agent_idx[i]]
-        agent = agents.ScriptedAgent(table, skill, play_rng)
-        lines, action, error = play(customers.Customer(intent, style, play_rng), agent, max_turns)
+        style, skill, c_family, a_family = styles[i], skills[i], c_families[i], a_families[i]
+        agent = agents.ScriptedAgent(table, skill, play_rng, a_family)
+        noise = customer_families.FAMILIES[c_family].noise.scaled(noise_scale)
+        customer = customers.Customer(intent, style, play_rng, c_family, noise)
+        lines, action, error = play(customer, agent, max_turns)
         expected = solver.expected_action(intent, table)
-        record: dict[str, Any] = {"customer_style": style, "agent": skill, "flaw_shown": agent.flaw}
+        record: dict[str, Any] = {"customer_style": style, "agent": skill, "flaw_shown": agent.flaw,
+                                  "customer_family": c_family, "agent_family": a_family}
         if error is not None:
           record["error"] = error
         bar.update()
@@ -162,7 +200,7 @@ class CorpusStats:
 
   def add(self, sample: schema.Sample) -> schema.Sample:
     record = sample.extra.get(SELFPLAY_KEY, {})
-    for key in ("all", "agent", "customer_style"):
+    for key in ("all", "agent", "customer_style", "customer_family", "agent_family"):
       group = self._groups[key, "all" if key == "all" else record.get(key, "unknown")]
       group[0] += 1
       group[1] += bool(sample.correct_sample)
@@ -190,6 +228,8 @@ class CorpusStats:
         "no_action": self._submitted["none"],
         "per_agent": by("agent"),
         "per_customer_style": by("customer_style"),
+        "per_customer_family": by("customer_family"),
+        "per_agent_family": by("agent_family"),
     }
 
 
@@ -205,11 +245,15 @@ _PROGRESS_FROM = 1000  # Dialogues; smaller runs finish before a bar is useful.
 
 def write_corpus(out_dir: str, num_dialogues: int, seed: int, kb_size: int = 30,
                  customer_mix=DEFAULT_CUSTOMER_MIX, agent_mix=DEFAULT_AGENT_MIX,
-                 max_turns: int = DEFAULT_MAX_TURNS) -> dict:
+                 max_turns: int = DEFAULT_MAX_TURNS,
+                 customer_family_mix=DEFAULT_CUSTOMER_FAMILY_MIX,
+                 agent_family_mix=DEFAULT_AGENT_FAMILY_MIX,
+                 typing_noise_scale: float = 1.0) -> dict:
   """Streams the corpus to disk; returns the stats also written to stats.json."""
   samples = generate_samples(
       seed, num_dialogues, kb_size, customer_mix, agent_mix, max_turns,
-      progress=num_dialogues >= _PROGRESS_FROM)
+      progress=num_dialogues >= _PROGRESS_FROM, customer_family_mix=customer_family_mix,
+      agent_family_mix=agent_family_mix, typing_noise_scale=typing_noise_scale)
   os.makedirs(out_dir, exist_ok=True)
   tally = CorpusStats()
   official_io.write_samples(
@@ -219,6 +263,9 @@ def write_corpus(out_dir: str, num_dialogues: int, seed: int, kb_size: int = 30,
       "num_dialogues": num_dialogues, "seed": seed, "kb_size": kb_size, "max_turns": max_turns,
       "customer_mix": parse_mix(customer_mix, customers.STYLES, "customer"),
       "agent_mix": parse_mix(agent_mix, agents.AGENTS, "agent"),
+      "customer_family_mix": parse_family_mix(customer_family_mix, "customer"),
+      "agent_family_mix": parse_family_mix(agent_family_mix, "agent"),
+      "typing_noise_scale": typing_noise_scale,
   }
   with open(os.path.join(out_dir, "stats.json"), "w", encoding="utf-8") as f:
     json.dump(stats, f, indent=2, sort_keys=True)

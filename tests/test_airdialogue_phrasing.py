@@ -1,0 +1,361 @@
+"""Phrasing families, the held-out family split, and understanding that survives them."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from data_pipelines.airdialogue import agent_families
+from data_pipelines.airdialogue import agents
+from data_pipelines.airdialogue import context
+from data_pipelines.airdialogue import customer_families
+from data_pipelines.airdialogue import customers
+from data_pipelines.airdialogue import family_split
+from data_pipelines.airdialogue import gazetteer
+from data_pipelines.airdialogue import phrase_grammar
+from data_pipelines.airdialogue import phrasing_eval
+from data_pipelines.airdialogue import scorer
+from data_pipelines.airdialogue import selfplay
+from data_pipelines.airdialogue import slot_parser
+from data_pipelines.airdialogue import solver
+from data_pipelines.airdialogue import typing_noise
+from ilql_dialogue import simulators
+
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FIELD_SLOT = {
+    "goal": customers.GOAL, "name": customers.NAME,
+    "departure_airport": customers.AIRPORTS, "return_airport": customers.AIRPORTS,
+    "departure_month": customers.DATES, "departure_day": customers.DATES,
+    "return_month": customers.DATES, "return_day": customers.DATES,
+    **{f: slot for slot, fs in agents.CONSTRAINT_FIELDS.items() for f in fs},
+}
+_SPLIT = family_split.SPLIT
+
+
+def _truth(intent, slot):
+  """The intent's fields that `slot` states, as the parser names them."""
+  truth = intent.to_json()
+  truth["flight_class"] = truth.pop("class", None)
+  if truth.get("max_connections") == 2:
+    del truth["max_connections"]
+  return {k: v for k, v in truth.items() if v is not None and _FIELD_SLOT.get(k) == slot}
+
+
+def _airports(table):
+  return {a for f in table.flights for a in (f.departure_airport, f.return_airport)}
+
+
+def _heard(utterance, slot, table):
+  heard = agents.extract_slots(utterance, {slot}, _airports(table))
+  if "name" in heard:
+    heard["name"] = heard["name"].lower()
+  return {k: v for k, v in heard.items() if _FIELD_SLOT[k] == slot}
+
+
+# --- Round trips ----------------------------------------------------------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), family=st.sampled_from(sorted(customer_families.FAMILIES)),
+       style=st.sampled_from(sorted(customers.STYLES)))
+def test_every_family_round_trips_every_slot(seed, family, style):
+  """A customer of any family states each slot; the scripted agent hears exactly that value."""
+  rng = np.random.default_rng(seed)
+  (intent, table), = context.sample_contexts(rng, 1)
+  for slot in customers.SLOTS:
+    question = agent_families.TEMPLATE.parts[f"ask_{slot}"][0]
+    answer = customers.Customer(intent, style, rng, family).respond(question)
+    want = _truth(intent, slot)
+    if slot == customers.NAME:
+      want = {"name": intent.name.lower()}
+    assert _heard(answer, slot, table) == want, (family, slot, answer)
+
+
+@pytest.mark.parametrize("family", sorted(agent_families.FAMILIES))
+def test_customers_understand_every_agent_family(family):
+  parts = agent_families.FAMILIES[family].parts
+  rng = np.random.default_rng(0)
+  for slot in customers.SLOTS:
+    for question in parts[f"ask_{slot}"]:
+      move = customers.understand(phrase_grammar.expand(question, rng))
+      assert move.kind == "questions" and slot in move.slots, (question, move)
+  for question in parts["ask_preferences"]:
+    move = customers.understand(question)
+    assert set(customers.CONSTRAINT_SLOTS) <= move.slots, (question, move)
+  for wait in parts["wait"]:
+    assert customers.understand(wait).kind == "wait", wait
+  fields = dict(flight="1003", airline="UA", dep_date="Jan 5", dep_hour="9", ret_date="Jan 7",
+                ret_hour="15", cls="economy", stops="1 connection", price="300", verb="book it")
+  for part in ("propose", "propose_again", "propose_cancel"):
+    for pattern in parts[part]:
+      text = phrase_grammar.expand(pattern, rng, fields)
+      assert customers.understand(text).kind == "proposal", text
+
+
+# --- The held-out split ---------------------------------------------------------
+
+_DELEX = [
+    (re.compile(r"\b(?:" + "|".join(context.FIRST_NAMES + context.LAST_NAMES) + r")\b",
+                re.IGNORECASE), "NAME"),
+    (re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, gazetteer.names_by_text()),
+                                           key=len, reverse=True)) + r")\b", re.IGNORECASE),
+     "CITY"),
+    (re.compile(r"\b(?:" + "|".join(context.AIRPORTS) + r")\b", re.IGNORECASE), "CODE"),
+    (re.compile(r"\b(?:" + "|".join(gazetteer.MONTH_NAMES.values()) + r")\b", re.IGNORECASE),
+     "MONTH"),
+    (re.compile(r"\b(?:" + "|".join(gazetteer.MONTH_NAMES) + r")\b", re.IGNORECASE), "MON"),
+    (re.compile(r"\d+"), "9"),
+]
+
+
+def _form(text):
+  """An utterance with its values replaced by their kind: the form a family gives it."""
+  for r, kind in _DELEX:
+    text = r.sub(kind, text)
+  text = re.sub(r"[.,!?;:'\"]", " ", text.lower())
+  return " " + " ".join(text.split()) + " "
+
+
+def _held_out_forms(n_per_pattern=6):
+  rng = np.random.default_rng(0)
+  contexts = context.sample_contexts(rng, n_per_pattern)
+  forms = set()
+  for name in _SPLIT.held_out("customer"):
+    family = customer_families.FAMILIES[name]
+    for intent, _ in contexts:
+      values = dict(n=intent.name, a=family.airport(intent.departure_airport, rng),
+                    b=family.airport(intent.return_airport, rng),
+                    d=family.date(intent.departure_month, intent.departure_day, rng),
+                    r=family.date(intent.return_month, intent.return_day, rng),
+                    c=family.flight_class("business", rng), p=family.price(500, rng),
+                    ad="a morning", ar="an evening")
+      for part, fields in customer_families.PARTS.items():
+        for verbosity in customer_families.VERBOSITIES:
+          for pattern in family.patterns(part, verbosity):
+            fill = {f: values[f] for f in fields}
+            if part.startswith("time"):
+              fill.update(d=family.time_of_day("morning", rng),
+                          r=family.time_of_day("evening", rng))
+            forms.add(_form(phrase_grammar.expand(pattern, rng, fill)))
+  fields = dict(flight="1003", airline="UA", dep_date="Jan 5", dep_hour="9", ret_date="Jan 7",
+                ret_hour="15", cls="economy", stops="1 connection", price="300", verb="book it")
+  for name in _SPLIT.held_out("agent"):
+    for part, patterns in agent_families.FAMILIES[name].parts.items():
+      for pattern in patterns:
+        forms.add(_form(phrase_grammar.expand(pattern, rng, fields)))
+  return forms
+
+
+def test_no_held_out_form_appears_in_a_training_corpus():
+  held_out = _held_out_forms()
+  assert len(held_out) > 100
+  corpus = [_form(line.partition(": ")[2])
+            for s in selfplay.generate_samples(seed=0, n=400) for line in s.dialogue]
+  text = "\n".join(corpus)
+  leaks = sorted(form.strip() for form in held_out if form in text)
+  assert not leaks, leaks[:10]
+  # The check has teeth: a corpus of held-out families is full of them.
+  customer = customers.Customer(*context.sample_contexts(np.random.default_rng(1), 1)[0][:1],
+                                "volunteer", np.random.default_rng(1), "numeric")
+  reply = _form(customer.respond("Please wait."))
+  assert any(form in reply for form in held_out), reply
+
+
+def test_the_generator_refuses_held_out_families():
+  with pytest.raises(ValueError, match=r"\['numeric'\] are held out"):
+    selfplay.generate_samples(0, 5, customer_family_mix="template:1,numeric:1")
+  with pytest.raises(ValueError, match=r"\['formal'\] are held out"):
+    selfplay.generate_samples(0, 5, agent_family_mix={"formal": 1})
+  with pytest.raises(ValueError, match="unknown names"):
+    selfplay.generate_samples(0, 5, customer_family_mix="shakespeare:1")
+
+
+def test_split_config_errors_name_the_field():
+  good = json.load(open(family_split.DEFAULT_PATH))
+  split = family_split.from_json(good, "x.json")
+  assert split.resolve("customer", "held_out") == tuple(good["customer"]["held_out"])
+  assert split.resolve("agent", "formal") == ("formal",)
+  with pytest.raises(ValueError, match="unknown agent phrasing family 'poetic'"):
+    split.resolve("agent", "poetic")
+  twice = json.loads(json.dumps(good))
+  twice["customer"]["held_out"].append("template")
+  with pytest.raises(ValueError, match=r"x\.json: field 'customer' must list each"):
+    family_split.from_json(twice, "x.json")
+  unknown = json.loads(json.dumps(good))
+  unknown["agent"]["train"] = ["template", "crowd", "pirate"]
+  with pytest.raises(ValueError, match=r"field 'agent\.train' names unknown families \['pirate'\]"):
+    family_split.from_json(unknown, "x.json")
+  with pytest.raises(ValueError, match="expected an object"):
+    family_split.from_json([], "x.json")
+
+
+def test_corpus_uses_every_training_family_and_records_it():
+  stats = selfplay.corpus_stats(selfplay.generate_samples(seed=2, n=200))
+  assert set(stats["per_customer_family"]) == set(_SPLIT.train("customer"))
+  assert set(stats["per_agent_family"]) == set(_SPLIT.train("agent"))
+
+
+def test_generation_is_deterministic_and_utc_only():
+  def corpus():
+    return [s.data_json() for s in selfplay.generate_samples(seed=[7, 1], n=40)]
+
+  first = corpus()
+  script = ("import json; from data_pipelines.airdialogue import selfplay; print(json.dumps("
+            "[s.data_json() for s in selfplay.generate_samples(seed=[7, 1], n=40)]))")
+  elsewhere = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, cwd=_REPO_ROOT,
+                             env={**os.environ, "TZ": "Pacific/Kiritimati"}).stdout
+  assert json.loads(elsewhere) == json.loads(json.dumps(first)) == json.loads(json.dumps(corpus()))
+
+
+def test_families_make_many_distinct_utterances():
+  lines = {line for s in selfplay.generate_samples(seed=3, n=300) for line in s.dialogue
+           if line.startswith("customer:")}
+  assert len(lines) > 1000
+
+
+# --- The oracle against every style x family ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scenes():
+  return context.sample_contexts(np.random.default_rng(2024), 40)
+
+
+@pytest.mark.parametrize("family", sorted(customer_families.FAMILIES))
+@pytest.mark.parametrize("style", sorted(customers.STYLES))
+def test_oracle_succeeds_for_every_style_and_family(scenes, style, family):
+  agent_names = sorted(agent_families.FAMILIES)
+  for i, (intent, table) in enumerate(scenes):
+    rng = np.random.default_rng(i)
+    agent = agents.ScriptedAgent(table, "oracle", rng, agent_names[i % len(agent_names)])
+    lines, action, _ = selfplay.play(customers.Customer(intent, style, rng, family), agent)
+    assert action is not None and scorer.is_success(
+        action, solver.expected_action(intent, table)), "\n".join(lines)
+
+
+def test_party_specs_select_a_family_or_a_group():
+  customer = simulators.make_party("scripted:terse/numeric", "customer")
+  assert customer.families == ("numeric",)
+  assert simulators.make_party("scripted:chatty/held_out", "customer").families == (
+      _SPLIT.held_out("customer"))
+  assert simulators.make_party("scripted:chatty", "customer").families == ("template",)
+  agent = simulators.make_party("scripted_agent:oracle/formal", "agent")
+  assert agent.families == ("formal",)
+  with pytest.raises(ValueError, match="unknown customer phrasing family 'klingon'"):
+    simulators.make_party("scripted:terse/klingon", "customer")
+  with pytest.raises(ValueError, match="empty phrasing family"):
+    simulators.make_party("scripted:terse/", "customer")
+  scenes = context.sample_contexts(np.random.default_rng(3), 6)
+  group = simulators.make_party("scripted:volunteer/held_out", "customer")
+  group.reset([i.to_json() for i, _ in scenes], list(range(6)))
+  again = simulators.make_party("scripted:volunteer/held_out", "customer")
+  again.reset([i.to_json() for i, _ in scenes], list(range(6)))
+  assert group.respond([[]] * 6) == again.respond([[]] * 6)
+  assert {c.family.name for c in group._rows} <= set(_SPLIT.held_out("customer"))
+
+
+# --- The parser on the real dataset's habits ------------------------------------------
+
+
+@pytest.mark.parametrize("utterance, asked, want", [
+    ("my dates are 04/03 to 04/05", (), {"departure_month": "Apr", "departure_day": "3",
+                                         "return_month": "Apr", "return_day": "5"}),
+    ("3 Apr - 5 Apr", (), {"departure_month": "Apr", "departure_day": "3",
+                           "return_month": "Apr", "return_day": "5"}),
+    ("the 3rd of April and back on Apr 5th", (), {"departure_month": "Apr", "departure_day": "3",
+                                                  "return_month": "Apr", "return_day": "5"}),
+    ("ATL-SFO", (), {"departure_airport": "ATL", "return_airport": "SFO"}),
+    ("source and destination are atl and sfo", (),
+     {"departure_airport": "ATL", "return_airport": "SFO"}),
+    ("going to see my mom in Denver, flying out of Pittsburg", (),
+     {"departure_airport": "PIT", "return_airport": "DEN"}),
+    ("under 500", (), {"max_price": 500}),
+    ("below 1k", (), {"max_price": 1000}),
+    ("500", ("price",), {"max_price": 500}),
+    ("single connection", (), {"max_connections": 1}),
+    ("a lay-by is ok", (), {"max_connections": 1}),
+    ("direct", (), {"max_connections": 0}),
+    ("up to 1 connection", (), {"max_connections": 1}),
+    ("name is sharon smith", (), {"name": "Sharon Smith"}),
+    ("sharon smith", ("name",), {"name": "Sharon Smith"}),
+    ("Jason Hill I am in a bit of a hurry", ("name",), {"name": "Jason Hill"}),
+    ("sure eric stewart", ("name",), {"name": "Eric Stewart"}),
+    ("I didn't quite catch that", ("name",), {}),
+    ("Afternoon flight 200 dollars max", (), {"departure_time": "afternoon", "max_price": 200}),
+    ("I found flight 1003 for you", (), {}),
+    ("Sure, take your time.", (), {}),
+    ("Ok.", (), {}),
+    ("Good morning! heading to a business meeting", (), {}),
+])
+def test_parser_reads_the_real_customers_habits(utterance, asked, want):
+  assert slot_parser.parse(utterance, asked) == want
+
+
+def test_a_shared_city_resolves_to_the_airport_the_listener_sees():
+  assert slot_parser.parse("from Chicago to Boston", (), {"MDW", "BOS", "ATL"})[
+      "departure_airport"] == "MDW"
+  assert slot_parser.parse("from Chicago to Boston", (), {"ORD", "BOS", "ATL"})[
+      "departure_airport"] == "ORD"
+
+
+def test_every_generator_name_reads_as_a_name():
+  for first in context.FIRST_NAMES:
+    for last in context.LAST_NAMES[::7]:
+      for said in (f"my name is {first} {last}", f"{first.lower()} {last.lower()} here"):
+        assert slot_parser.parse(said).get("name") == f"{first} {last}", said
+
+
+def test_typing_noise_rates_are_checked_and_noise_spares_values():
+  with pytest.raises(ValueError, match="typo=1.5"):
+    typing_noise.TypingNoise(typo=1.5)
+  noise = typing_noise.TypingNoise(lowercase=1.0, no_punctuation=1.0, typo=1.0)
+  text = noise.apply("Thanks, please book flight ATL to SFO on Jan 5 for $500.",
+                     np.random.default_rng(0))
+  assert text == text.lower() and "," not in text and "atl to sfo on jan 5 for $500" in text
+  assert typing_noise.NONE.apply("Keep Me.", np.random.default_rng(0)) == "Keep Me."
+
+
+def test_family_definitions_are_checked():
+  parts = dict(customer_families.NUMERIC.parts)
+  with pytest.raises(ValueError, match="parts missing \\['filler'\\]"):
+    customer_families.CustomerFamily("x", "", {k: v for k, v in parts.items() if k != "filler"},
+                                     date=None, airport=None, price=None)
+  with pytest.raises(ValueError, match="part 'price'.*uses fields \\['n'\\]"):
+    customer_families.CustomerFamily("x", "", {**parts, "price": ("{n}",)},
+                                     date=None, airport=None, price=None)
+  with pytest.raises(ValueError, match="unbalanced"):
+    agent_families.AgentFamily("x", "", {**agent_families.CROWD.parts, "wait": ("[a|b",)})
+
+
+def test_cli_takes_family_mixes(tmp_path):
+  out = tmp_path / "corpus"
+  ok = subprocess.run([sys.executable, "-m", "data_pipelines.airdialogue.generate",
+                       f"--out_dir={out}", "--num_dialogues=10", "--customer_family_mix=casual:1",
+                       "--typing_noise_scale=0"], capture_output=True, text=True, cwd=_REPO_ROOT)
+  assert ok.returncode == 0, ok.stderr
+  stats = json.loads((out / "stats.json").read_text())
+  assert set(stats["per_customer_family"]) == {"casual"}
+  bad = subprocess.run([sys.executable, "-m", "data_pipelines.airdialogue.generate",
+                        f"--out_dir={tmp_path / 'bad'}", "--customer_family_mix=cities:1"],
+                       capture_output=True, text=True, cwd=_REPO_ROOT)
+  assert bad.returncode == 1 and "--customer_family_mix" in bad.stderr and "held out" in bad.stderr
+
+
+def test_phrasing_eval_measures_held_out_families(tmp_path):
+  accuracy = phrasing_eval.slot_accuracy(_SPLIT.held_out("customer"), 10, every_constraint=True)
+  for family in _SPLIT.held_out("customer"):
+    assert set(accuracy[family]) == set(customers.SLOTS)
+    assert all(cell == {"n": 10, "accuracy": 1.0} for cell in accuracy[family].values())
+  oracle = phrasing_eval.oracle_success(["terse"], ["numeric"], 10)
+  assert oracle["terse/numeric"]["n"] == 10 and oracle["terse/numeric"]["success_rate"] == 1.0
+  assert phrasing_eval.probe_accuracy()["accuracy"] >= 0.95
+  broken = tmp_path / "probe.jsonl"
+  broken.write_text('{"text": "hi"}\n')
+  with pytest.raises(ValueError, match=r"probe\.jsonl:1: field 'want' missing"):
+    phrasing_eval.probe_accuracy(str(broken))
