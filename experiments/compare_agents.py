@@ -1,7 +1,7 @@
 """Agents against customers on the same held-out scenarios: the tables of docs/RESULTS.md.
 
     python -m experiments.compare_agents --workdir=runs/results/eval \
-        --agents=oracle=scripted_agent:oracle,bc=runs/results/bc_agent,ilql=runs/results/ilql_agent \
+        --agents=oracle=scripted_agent:oracle,bc=runs/results/bc_agent,ilql=runs/ilql_s0+runs/ilql_s1 \
         --customers=scripted:volunteer,scripted:answer_only,scripted:late_reveal,scripted:terse,scripted:chatty \
         --num_dialogues=500 [--sweep_betas=0,4,16 --sweep_agents=ilql \
         --corpus_stats=DIR/stats.json]
@@ -10,7 +10,9 @@ Every (agent, customer) pair plays the same `num_dialogues` scenarios (seed
 1000, held out from the training corpora and from checkpoint selection,
 which uses seed 2000). A value-guided agent (ILQL, MC) decodes at the beta
 its checkpoint was selected with (policy_io.selected), and, with
---sweep_betas, at each of those too. Each evaluation is written by
+--sweep_betas, at each of those too. An agent given as several training seeds
+("A+B+C") is played seed by seed and pooled, with the standard error of the
+seeds' mean next to the one over dialogues. Each evaluation is written by
 evaluate_lib.evaluate (summary + transcripts) and skipped when its summary
 exists, so an interrupted comparison resumes. Writes comparison.json and
 comparison.md: success rate +- standard error per pair, and pooled over the
@@ -24,6 +26,7 @@ import math
 import os
 from typing import Any, Sequence
 
+import numpy as np
 from absl import flags
 
 from experiments import cli, evaluate_lib
@@ -39,6 +42,7 @@ def selected_beta(spec: str) -> float:
 
 
 FIELDS = ("status_acc", "flight_acc", "name_acc", "mean_turns")
+SEED_SEP = "+"  # --agents=ilql=RUN_SEED0+RUN_SEED1+RUN_SEED2: one agent, several seeds.
 
 
 def pooled(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
@@ -58,33 +62,71 @@ def pooled(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
 def compare(agents: dict[str, str], customers: Sequence[str], *, num_dialogues: int,
             workdir: str, seed: int = rollout.DEFAULT_SEED, batch_size: int = 100,
             sweep_betas: Sequence[float] = (), sweep_agents: Sequence[str] | None = None,
-            max_new_tokens: int = 64) -> list[dict[str, Any]]:
-  """Rows of (agent, beta): per-customer and pooled summaries. `sweep_betas` apply to
-  the value-guided agents named in `sweep_agents` (None: all of them)."""
+            max_new_tokens: int = 64, temperature: float = 1.0,
+            customer_temperature: float | None = None) -> list[dict[str, Any]]:
+  """Rows of (agent, beta): per-customer and pooled summaries. An agent's spec may name
+  several training seeds, "DIR1+DIR2+DIR3": each plays every scenario at the beta its own
+  checkpoint was selected with, and the rows pool them (`seed_stderr`: the standard error
+  of the seeds' mean success, which carries training noise as well as scenario noise).
+  `sweep_betas` apply to the value-guided agents named in `sweep_agents` (None: all).
+  Learned agents decode at `temperature` (0 = greedy), learned customers at
+  `customer_temperature` (None: the same)."""
+  decoding = {"max_new_tokens": max_new_tokens, "temperature": temperature,
+              "customer_temperature": temperature if customer_temperature is None
+              else customer_temperature}
+  # Evaluations at other temperatures are other files (the defaults keep the plain names).
+  temperatures = "".join(f"_{key}{value:g}" for key, value in (
+      ("T", decoding["temperature"]), ("cT", decoding["customer_temperature"])) if value != 1.0)
   rows = []
   for name, spec in agents.items():
-    best = selected_beta(spec)
-    guided = os.path.isdir(spec) and policy_io.read_config(spec).algorithm.name in (
+    seeds = spec.split(SEED_SEP)
+    best = [selected_beta(s) for s in seeds]
+    guided = os.path.isdir(seeds[0]) and policy_io.read_config(seeds[0]).algorithm.name in (
         "ilql", "mc_value")
     sweep = guided and (sweep_agents is None or name in sweep_agents)
-    betas = [best] + [b for b in sweep_betas if b != best] if sweep else [best]
-    for beta in betas:
-      summaries = {}
-      for customer in customers:
-        tag = f"{name}_beta{beta:g}_vs_{os.path.basename(customer.rstrip('/')).replace(':', '-')}"
-        path = os.path.join(workdir, f"eval_{tag}.json")
-        if not os.path.exists(path):
-          evaluate_lib.evaluate(spec, customer, num_dialogues=num_dialogues, workdir=workdir,
-                                seed=seed, batch_size=batch_size, tag=tag, progress=True,
-                                lm_options={"beta": beta, "max_new_tokens": max_new_tokens})
-        with open(path) as f:
-          summaries[customer] = json.load(f)
-      rows.append({"agent": name, "spec": spec, "beta": beta, "selected": beta == best,
-                   "per_customer": {c: {k: s[k] for k in (
-                       "n", "success_rate", "success_stderr", "unparsable_actions", *FIELDS)}
-                                    for c, s in summaries.items()},
-                   "pooled": pooled(list(summaries.values()))})
+    settings = [(best, True)] + [([b] * len(seeds), False) for b in sweep_betas
+                                 if sweep and [b] * len(seeds) != best]
+    for betas, is_selected in settings:
+      per_seed = []
+      for i, (seed_spec, beta) in enumerate(zip(seeds, betas)):
+        label = name if len(seeds) == 1 else f"{name}_seed{i}"
+        per_seed.append({customer: _evaluation(
+            seed_spec, customer, f"{label}_beta{beta:g}{temperatures}_vs_{_short(customer)}",
+            num_dialogues=num_dialogues, workdir=workdir, seed=seed, batch_size=batch_size,
+            beta=beta, **decoding) for customer in customers})
+      row = {"agent": name, "spec": spec, "beta": betas[0] if len(set(betas)) == 1 else betas,
+             "selected": is_selected,
+             "per_customer": {c: pooled([s[c] for s in per_seed]) for c in customers},
+             "pooled": pooled([s[c] for s in per_seed for c in customers])}
+      if len(seeds) > 1:
+        seed_success = [pooled(list(s.values()))["success_rate"] for s in per_seed]
+        row["pooled"].update(seed_success=seed_success, seed_stderr=float(
+            np.std(seed_success, ddof=1) / math.sqrt(len(seeds))))
+      rows.append(row)
   return rows
+
+
+def _short(customer: str) -> str:
+  """A file-name tag: a workdir by its folder name, a spec ("scripted:terse/numeric") whole."""
+  name = os.path.basename(customer.rstrip("/")) if os.path.isdir(customer) else customer
+  return name.replace(":", "-").replace("/", "-")
+
+
+def _evaluation(agent: str, customer: str, tag: str, *, num_dialogues: int, workdir: str,
+                seed: int, batch_size: int, beta: float, max_new_tokens: int,
+                temperature: float, customer_temperature: float) -> dict[str, Any]:
+  """The summary of one pair, played unless its file exists (an interrupted comparison
+  resumes)."""
+  path = os.path.join(workdir, f"eval_{tag}.json")
+  if not os.path.exists(path):
+    evaluate_lib.evaluate(agent, customer, num_dialogues=num_dialogues, workdir=workdir,
+                          seed=seed, batch_size=batch_size, tag=tag, progress=True,
+                          lm_options={"beta": beta, "max_new_tokens": max_new_tokens,
+                                      "temperature": temperature},
+                          customer_lm_options={"max_new_tokens": max_new_tokens,
+                                               "temperature": customer_temperature})
+  with open(path) as f:
+    return json.load(f)
 
 
 def corpus_row(stats_path: str, customers: Sequence[str]) -> dict[str, Any]:
@@ -109,19 +151,27 @@ def corpus_row(stats_path: str, customers: Sequence[str]) -> dict[str, Any]:
 
 def to_markdown(rows: Sequence[dict[str, Any]], customers: Sequence[str]) -> str:
   cell = lambda s: f"{s['success_rate']:.3f} ± {s['success_stderr']:.3f}" if s else "–"
+
+  def pooled_cell(s):
+    if "seed_stderr" not in s:
+      return cell(s)
+    return (f"{s['success_rate']:.3f} ± {s['seed_stderr']:.3f} ({len(s['seed_success'])} seeds; "
+            f"± {s['success_stderr']:.3f} over dialogues)")
+
+  beta = lambda b: "/".join(f"{x:g}" for x in b) if isinstance(b, list) else f"{b:g}"
   short = [c.removeprefix("scripted:") for c in customers]
   lines = ["| agent | beta | " + " | ".join(short) + " | pooled |",
            "|---|---|" + "---|" * (len(customers) + 1)]
   for r in rows:
     mark = "" if r["selected"] else " (sweep)"
-    lines.append(f"| {r['agent']}{mark} | {r['beta']:g} | " + " | ".join(
-        cell(r["per_customer"].get(c)) for c in customers) + f" | {cell(r['pooled'])} |")
+    lines.append(f"| {r['agent']}{mark} | {beta(r['beta'])} | " + " | ".join(
+        cell(r["per_customer"].get(c)) for c in customers) + f" | {pooled_cell(r['pooled'])} |")
   lines += ["", "| agent | beta | status acc. | flight acc. | name acc. | unparsable action "
             "| turns |", "|---|---|---|---|---|---|---|"]
   for r in rows:
     if "status_acc" in r["pooled"]:
       p = r["pooled"]
-      lines.append(f"| {r['agent']}{'' if r['selected'] else ' (sweep)'} | {r['beta']:g} | "
+      lines.append(f"| {r['agent']}{'' if r['selected'] else ' (sweep)'} | {beta(r['beta'])} | "
                    f"{p['status_acc']:.3f} | {p['flight_acc']:.3f} | {p['name_acc']:.3f} | "
                    f"{p['unparsable_rate']:.3f} | {p['mean_turns']:.1f} |")
   return "\n".join(lines) + "\n"
@@ -135,7 +185,8 @@ def main(argv):
     name, sep, spec = item.partition("=")
     if not (name and sep and spec):
       raise cli.BadInput(f"--agents: {item!r} is not NAME=SPEC")
-    cli.check_party(spec, "agent", f"--agents {name}")
+    for seed_spec in spec.split(SEED_SEP):
+      cli.check_party(seed_spec, "agent", f"--agents {name}")
     agents[name] = spec
   customers = list(f.customers)
   for customer in customers:
@@ -152,7 +203,8 @@ def main(argv):
   cli.output_dir(f.workdir, "--workdir")
   rows = compare(agents, customers, num_dialogues=f.num_dialogues, workdir=f.workdir,
                  seed=f.seed, batch_size=f.batch_size, sweep_betas=sweep_betas,
-                 sweep_agents=f.sweep_agents or None)
+                 sweep_agents=f.sweep_agents or None, temperature=f.temperature,
+                 customer_temperature=f.customer_temperature)
   if f.corpus_stats:
     rows.insert(0, corpus_row(f.corpus_stats, customers))
   with open(os.path.join(f.workdir, "comparison.json"), "w") as out:
@@ -164,8 +216,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.DEFINE_list("agents", None, "name=SPEC pairs (a training workdir or "
-                    "scripted_agent:NAME).", required=True)
+  flags.DEFINE_list("agents", None, "name=SPEC pairs (a training workdir, several seeds' "
+                    "workdirs joined by '+', or scripted_agent:NAME).", required=True)
   flags.DEFINE_list("customers", [f"scripted:{s}" for s in (
       "volunteer", "answer_only", "late_reveal", "terse", "chatty")], "Customer specs.")
   flags.DEFINE_integer("num_dialogues", 500, "Held-out scenarios per pair.", lower_bound=1)
@@ -175,5 +227,9 @@ if __name__ == "__main__":
   flags.DEFINE_list("sweep_betas", [], "Extra betas for value-guided agents.")
   flags.DEFINE_list("sweep_agents", [], "Names of the agents to sweep (default: every "
                     "value-guided one).")
+  flags.DEFINE_float("temperature", 0.0, "Learned agents' sampling temperature; 0 = greedy.",
+                     lower_bound=0.0)
+  flags.DEFINE_float("customer_temperature", 1.0, "Learned customers' temperature.",
+                     lower_bound=0.0)
   flags.DEFINE_string("corpus_stats", "", "stats.json of the training corpus: a 'dataset' row.")
   cli.run(main)

@@ -74,15 +74,14 @@ def read_transcripts(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-_TRANSCRIPTS = flags.DEFINE_string("transcripts", None, "transcripts_*.jsonl of an evaluation.",
-                                   required=True)
-
-
 def main(argv):
   del argv
-  path = cli.existing_file(_TRANSCRIPTS.value, "--transcripts")
+  path = cli.existing_file(flags.FLAGS.transcripts, "--transcripts")
   print(json.dumps(fidelity(read_transcripts(path)), indent=2))
 
 
 if __name__ == "__main__":
+  # Defined here, not at import: the pipeline imports this module under its own flags.
+  flags.DEFINE_string("transcripts", None, "transcripts_*.jsonl of an evaluation.",
+                      required=True)
   cli.run(main)

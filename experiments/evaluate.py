@@ -2,7 +2,8 @@
 
     python -m experiments.evaluate --agent=runs/bc_agent --customer=scripted:chatty \
         --num_dialogues=500 --workdir=runs/eval [--seed=1000 --batch_size=16 \
-        --max_turns=40 --temperature=1.0 --top_k=0 --top_p=1.0 --max_new_tokens=64 --beta=0]
+        --max_turns=40 --temperature=0 --top_k=0 --top_p=1.0 --max_new_tokens=64 --beta=0 \
+        --customer_temperature=1.0]
 
 --agent: a training workdir or scripted_agent:NAME (e.g. scripted_agent:oracle).
 --customer: scripted:STYLE, a training workdir, or module.path:ClassName.
@@ -29,8 +30,11 @@ _MAX_TURNS = flags.DEFINE_integer("max_turns", rollout.DEFAULT_MAX_TURNS,
                                   "Utterances (both sides) before a dialogue fails.",
                                   lower_bound=1)
 _KB_SIZE = flags.DEFINE_integer("kb_size", 30, "Flights per table.", lower_bound=1)
-_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "Sampling temperature; 0 = greedy.",
-                                  lower_bound=0.0)
+_TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "A learned agent's sampling "
+                                  "temperature; 0 = greedy.", lower_bound=0.0)
+_CUSTOMER_TEMPERATURE = flags.DEFINE_float(
+    "customer_temperature", 1.0, "A learned customer's temperature (a simulator samples); the "
+    "other sampling flags apply to both.", lower_bound=0.0)
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k filter; 0 = off.", lower_bound=0)
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus filter; 1 = off.", lower_bound=0.0,
                             upper_bound=1.0)
@@ -48,12 +52,13 @@ def main(argv):
     raise cli.BadInput(f"--beta={_BETA.value:g} needs value heads ({cli.VALUE_GUIDED}); "
                        f"--agent={_AGENT.value} was trained with {agent.algorithm.name!r}")
   cli.output_dir(_WORKDIR.value, "--workdir")
-  lm_options = dict(temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-                    max_new_tokens=_MAX_NEW.value, beta=_BETA.value)
+  sampling = dict(top_k=_TOP_K.value, top_p=_TOP_P.value, max_new_tokens=_MAX_NEW.value)
   summary = evaluate_lib.evaluate(
       _AGENT.value, _CUSTOMER.value, num_dialogues=_NUM.value, workdir=_WORKDIR.value,
       seed=_SEED.value, batch_size=_BATCH.value, max_turns=_MAX_TURNS.value,
-      kb_size=_KB_SIZE.value, lm_options=lm_options, tag=_TAG.value)
+      kb_size=_KB_SIZE.value, tag=_TAG.value,
+      lm_options=dict(sampling, temperature=_TEMPERATURE.value, beta=_BETA.value),
+      customer_lm_options=dict(sampling, temperature=_CUSTOMER_TEMPERATURE.value))
   print(json.dumps(summary))
 
 

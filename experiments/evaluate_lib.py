@@ -40,24 +40,27 @@ def default_tag(agent: str, customer: str, seed: int, num_dialogues: int) -> str
 def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
              seed: int = rollout.DEFAULT_SEED, batch_size: int = 16,
              max_turns: int = rollout.DEFAULT_MAX_TURNS, kb_size: int = 30,
-             lm_options: Mapping[str, Any] | None = None, tag: str = "",
+             lm_options: Mapping[str, Any] | None = None,
+             customer_lm_options: Mapping[str, Any] | None = None, tag: str = "",
              progress: bool | None = None) -> dict[str, Any]:
   """Plays and scores the dialogues; returns the summary also written to eval_<tag>.json.
 
   `agent` / `customer` are party specs (ilql_dialogue/simulators.py);
-  `lm_options` (temperature, top_k, top_p, max_new_tokens) apply to every
-  checkpoint party, `beta` (value guidance) to the agent only. The progress
+  `lm_options` (temperature, top_k, top_p, max_new_tokens; `beta`, value
+  guidance) are the agent's if it is a checkpoint; a learned customer decodes
+  with `customer_lm_options`, by default the agent's without `beta`: an agent
+  is usually measured greedily, a simulator may sample. The progress
   bar shows when there is more than one batch, unless `progress` says
   otherwise.
   """
   if num_dialogues < 1:
     raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
   lm_options = dict(lm_options or {})
+  customer_lm_options = dict({k: v for k, v in lm_options.items() if k != "beta"}
+                             if customer_lm_options is None else customer_lm_options)
   scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
   agent_party = simulators.make_party(agent, simulators.AGENT, **lm_options)
-  # Value guidance is the agent's decoding; a learned customer samples as it was trained.
-  customer_party = simulators.make_party(
-      customer, simulators.CUSTOMER, **{k: v for k, v in lm_options.items() if k != "beta"})
+  customer_party = simulators.make_party(customer, simulators.CUSTOMER, **customer_lm_options)
   tag = tag or default_tag(agent, customer, seed, num_dialogues)
   os.makedirs(workdir, exist_ok=True)
   transcripts_path = os.path.join(workdir, f"transcripts_{tag}.jsonl")
@@ -76,7 +79,8 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   summary = rollout.summarize(results)
   summary.update(
       agent=agent, customer=customer, seed=seed, batch_size=batch_size, max_turns=max_turns,
-      kb_size=kb_size, lm_options=lm_options, elapsed_s=elapsed,
+      kb_size=kb_size, lm_options=lm_options, customer_lm_options=customer_lm_options,
+      elapsed_s=elapsed,
       dialogues_per_s=num_dialogues / elapsed, transcripts=transcripts_path)
   with open(summary_path, "w", encoding="utf-8") as f:
     json.dump(summary, f, indent=2)

@@ -89,6 +89,8 @@ def run_config(config: ml_collections.ConfigDict, name: str,
     run.model.init_from = os.path.join(workdir, spec.init_from)
   if run.get("online_eval") is not None and run.online_eval.num_dialogues > 0:
     run.online_eval.num_dialogues = config.training.online_dialogues
+    # A checkpoint is selected decoding as it will be evaluated.
+    run.online_eval.temperature = config.evaluation[f"{run.task.role}_temperature"]
   return run
 
 
@@ -159,7 +161,10 @@ def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
           num_dialogues=config.evaluation.num_dialogues, workdir=out_dir,
           batch_size=config.evaluation.batch_size, max_turns=config.evaluation.max_turns,
           tag=tag, progress=True,
-          lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens})
+          lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
+                      "temperature": config.evaluation.agent_temperature},
+          customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
+                               "temperature": config.evaluation.customer_temperature})
     with open(summary_path) as f:
       summary = json.load(f)
     row = {"agent": agent, "customer": customer, "beta": beta,

@@ -13,10 +13,26 @@ import ml_collections
 
 from ilql_dialogue import baselines, bc, ilql
 
+
+
+def _only_fields(fields: tuple[str, ...], make: Callable[[ml_collections.ConfigDict], Any]
+                 ) -> Callable[[ml_collections.ConfigDict], Any]:
+  """`make`, refusing config.algorithm fields it would silently ignore (a typo such as
+  `top_fration` must not train plain BC). ILQL and MC check theirs in their dataclasses."""
+
+  def checked(config: ml_collections.ConfigDict) -> Any:
+    unknown = sorted(set(config.algorithm) - {"name", *fields})
+    if unknown:
+      raise ValueError(f"config.algorithm: unknown fields {unknown}; known: {sorted(fields)}")
+    return make(config)
+
+  return checked
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
-    "bc": lambda config: bc.BC(),
+    "bc": _only_fields((), lambda config: bc.BC()),
     "ilql": ilql.ILQL.from_config,
-    "filtered_bc": baselines.FilteredBC.from_config,
+    "filtered_bc": _only_fields(("top_fraction",), baselines.FilteredBC.from_config),
     "mc_value": baselines.MCValue.from_config,
 }
 

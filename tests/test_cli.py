@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
 from data_pipelines import mdp_dataset
@@ -158,3 +159,13 @@ def test_good_input_and_every_shipped_config_pass(paths):
     if entry.endswith(".py") and name not in ("__init__", "quickstart", "bc_tiny"):
       module = __import__(f"experiments.configs.{name}", fromlist=["get_config"])
       cli.check_train_fields(module.get_config(), name)
+
+
+@pytest.mark.parametrize("name", ["bc", "filtered_bc"])
+def test_algorithm_fields_it_would_ignore_are_refused(name):
+  config = bc_tiny.get_config()
+  config.data.synthetic = True
+  config.algorithm = ml_collections.ConfigDict(
+      {"name": name, "top_fraction": 0.5, "top_fration": 0.5})
+  with pytest.raises(cli.BadInput, match="unknown fields.*'top_fration'"):
+    cli.check_train_fields(config)

@@ -238,3 +238,23 @@ def test_compare_agents_pools_resumes_and_tabulates(tmp_path):
   assert "| agent | beta | terse | chatty | pooled |" in table
   assert "| oracle | 0 | 1.000 ± 0.000 | 1.000 ± 0.000 | 1.000 ± 0.000 |" in table
   assert "| oracle | 0 | 1.000 | 1.000 | 1.000 | 0.000 |" in table
+
+
+def test_compare_agents_pools_seeds(tmp_path):
+  """An agent named as several seeds plays each and pools them; the seed s.e. is that of
+  the seeds' means (here two very different 'seeds': the oracle and an agent that gives up)."""
+  from experiments import compare_agents
+
+  customers = ["scripted:terse"]
+  rows = compare_agents.compare(
+      {"mixed": "scripted_agent:oracle+scripted_agent:give_up"}, customers, num_dialogues=6,
+      workdir=str(tmp_path), batch_size=6)
+  (row,) = rows
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      f"{kind}_mixed_seed{i}_beta0_vs_scripted-terse.{ext}"
+      for i in (0, 1) for kind, ext in (("eval", "json"), ("transcripts", "jsonl")))
+  seeds = row["pooled"]["seed_success"]
+  assert seeds[0] == 1.0 and seeds[1] < 1.0 and row["pooled"]["n"] == 12
+  assert row["pooled"]["success_rate"] == pytest.approx(sum(seeds) / 2)
+  assert row["pooled"]["seed_stderr"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
+  assert "(2 seeds; ±" in compare_agents.to_markdown(rows, customers)

@@ -14,7 +14,8 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   config.airdialogue.update(train_dialogues=24, eval_dialogues=6)
   config.tokenizer.vocab_size = 400
   config.training.update(online_dialogues=2)
-  config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
+  config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8,
+                           agent_temperature=0.0, customer_temperature=0.5)
   make_run_config = pipeline_lib.run_config
 
   def smaller(config, name, workdir):  # The quick configs, shrunk to a test's size.
@@ -58,6 +59,14 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   assert ilql_row["beta"] == selected["ilql_agent"]["eval"]["best_beta"]
   with open(os.path.join(workdir, "report.json")) as f:
     assert json.load(f)["evaluation"] == report["evaluation"]
+  # Agents are selected and evaluated greedily here; the learned customer samples at 0.5.
+  for agent in ("bc_agent", "ilql_agent"):
+    with open(os.path.join(workdir, agent, "config.json")) as f:
+      assert json.load(f)["online_eval"]["temperature"] == 0.0
+  with open(os.path.join(workdir, "eval", "eval_bc_agent_vs_bc_customer.json")) as f:
+    summary = json.load(f)
+  assert summary["lm_options"]["temperature"] == 0.0
+  assert summary["customer_lm_options"]["temperature"] == 0.5
 
   # A second run finds every stage done and reports the same numbers.
   assert pipeline_lib.run(config, workdir)["evaluation"] == report["evaluation"]

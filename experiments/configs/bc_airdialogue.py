@@ -30,7 +30,7 @@ def online_eval_section(**overrides) -> ml_collections.ConfigDict:
       batch_size=64,
       max_turns=40,
       betas=(0.0,),  # ILQL sweeps value guidance; "return" is the best of them.
-      temperature=1.0,
+      temperature=0.0,  # Greedy: the agent is selected acting as it will be measured.
       max_new_tokens=64,
   ), **overrides))
 

@@ -6,10 +6,11 @@ starts from (config.model.init_from), trained on rows streamed from the generato
         --workdir=runs/lm_airdialogue_quick
 
 The model is bc_airdialogue_quick.py's (so BC, ILQL and the customer load it
-as is); the task streams agent views, customer views and CALM-style scenes
-(ilql_dialogue/tasks/airdialogue_lm.py). Its evaluation probes the two skills
-the later runs need: the agent's closing-turn name and the customer stating
-its own name, each decoded greedily from true held-out histories.
+as is); the task streams agent views, customer views, CALM-style scenes,
+repeated runs and name-retrieval drills (ilql_dialogue/tasks/airdialogue_lm.py).
+Its evaluation probes the two skills the later runs need: the agent's
+closing-turn name and the customer stating its own name, each decoded
+greedily from true held-out histories.
 """
 
 import ml_collections
@@ -21,9 +22,10 @@ def get_config() -> ml_collections.ConfigDict:
   c = bc_airdialogue_quick.get_config()
   c.task.update(role="lm", max_length=512)
   with c.task.unlocked():
-    # One kind per step, cycled (tasks/airdialogue_lm.py). Measured (docs/RESULTS.md): names
-    # are copied after ~2,000 updates with this mixture, not at all without "repeat".
-    c.task.mixture = "agent,scene,repeat,customer,scene,repeat"
+    # One kind per step, cycled (tasks/airdialogue_lm.py). Measured (docs/RESULTS.md): with
+    # "names" the closing turn copies half the names after 1,000 updates; with scenes in
+    # their place ("agent,scene,repeat,customer,scene,repeat") none before 3,750.
+    c.task.mixture = "agent,names,repeat,customer,scene,names"
     c.task.kb_size = 30
   c.online_eval.num_dialogues = 0  # The probes below measure what the LM is for.
   c.selection.metric = ""  # A pretrained trunk is used at its last step.

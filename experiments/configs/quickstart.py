@@ -1,11 +1,12 @@
-"""`make run`: the end-to-end pipeline sized for 2 CPU cores (13 minutes, measured).
+"""`make run`: the end-to-end pipeline sized for 2 CPU cores.
 
 Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent and a BC customer
 (the first learned simulator) from it, an ILQL agent from the BC agent -> each
-agent against a scripted customer and the learned one. The dialogue LM copies
-names only after ~2,000 updates (docs/RESULTS.md), which does not fit this
-budget. The numbers of docs/RESULTS.md come from longer runs of the
-same configs (the commands are there); this is the pipeline end to end.
+agent against a scripted customer and the learned one. With its name drill the
+dialogue LM copies names after ~500-1,000 updates (docs/RESULTS.md, run F); the
+wall time and the success this budget reaches are measured there. The other
+numbers of docs/RESULTS.md come from longer runs of the same configs (the
+commands are there); this is the pipeline end to end.
 """
 
 import ml_collections
@@ -33,7 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
       name: ml_collections.ConfigDict(dict(config=module, steps=steps, eval_every=every,
                                            init_from=parent))
       for name, module, steps, every, parent in (
-          ("dialogue_lm", "lm_airdialogue_quick", 600, 300, ""),
+          ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, ""),
           ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm"),
           ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm"),
           ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent"),
@@ -47,6 +48,10 @@ def get_config() -> ml_collections.ConfigDict:
       batch_size=50,
       max_turns=40,  # Utterances before a dialogue fails.
       max_new_tokens=64,  # Per learned utterance.
+      # Learned agents act greedily (selection decodes alike): on validation scenarios (seed
+      # 2000) the make-run BC agent succeeds 0.41 greedy and 0.23 sampling (docs/RESULTS.md).
+      agent_temperature=0.0,
+      customer_temperature=1.0,  # The learned customer's sampling.
       pairs=(("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
              ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
   ))

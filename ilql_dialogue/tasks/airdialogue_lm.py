@@ -26,9 +26,19 @@ copying them (no name copied after 1,500 updates; docs/RESULTS.md).
             what followed this token last time"), the circuit that copies a
             two-token name such as "Kimberly Young" from one turn into another.
             Without it a 2-layer model copies first names long before last ones.
+  names     NAMES_PER_ROW pairs of (a customer turn that states the customer's
+            name, taken from a generated dialogue; the closing action block
+            for that customer), no prefix. Targets: the name and the block's
+            end. The drill for the other half of copying: *finding* the name
+            in a turn ("This is Nancy Kelly", "put it under Frank Moore"),
+            which induction does not do (the token before the name differs
+            between the turn and the block). A dialogue holds one such
+            retrieval per ~160 target tokens; this row one per ~4. Measured
+            (docs/RESULTS.md): without it the closing turn writes one fixed
+            name for every customer until the last updates of a long schedule.
 
 Each step is one kind, cycling through `config.task.mixture` (e.g.
-"agent,scene,customer"), so batches with and without the prefix never mix and
+"agent,names,repeat,customer,scene,names"), so batches with and without the prefix never mix and
 every batch has a static shape (lengths padded up to `LENGTH_STEP`).
 
 Streams stay apart from every evaluation: step s of host h draws its scenarios
@@ -53,10 +63,11 @@ from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue import bc, tasks
 from ilql_dialogue.tasks import airdialogue
 
-KINDS = ("agent", "customer", "scene", "repeat")
+KINDS = ("agent", "customer", "scene", "repeat", "names")
 STREAM_TAG = 0x4C4D  # "LM": keeps stream seeds out of the integer seeds used elsewhere.
 LENGTH_STEP = 64  # Batch lengths are padded up to a multiple of this: few shapes, few compiles.
 REPEAT_LENGTH = 32  # Tokens in a "repeat" row's run (the row is twice as long).
+NAMES_PER_ROW = 4  # (name turn, action block) pairs per "names" row.
 
 
 def parse_mixture(mixture: str) -> tuple[str, ...]:
@@ -121,11 +132,46 @@ def repeat_rows(num_rows: int, rng: np.random.Generator, tokenizer: DialogueToke
           "action_mask": targets_BxT}
 
 
+def name_turn(dialogue: dialogue_lib.Dialogue) -> str | None:
+  """The first customer turn that states the customer's intent name, if any."""
+  name = dialogue.context["customer"]["name"].lower()
+  return next((t.text for t in dialogue.turns
+               if t.speaker == "customer" and name in t.text.lower()), None)
+
+
+def names_row(samples: Sequence[schema.Sample], tokenizer: DialogueTokenizer
+              ) -> dict[str, np.ndarray]:
+  """One "names" row: each sample's name turn, then its closing block (expected status and
+  flight, the intent's name); only the tokens after `name=` are targets."""
+  customer, agent = (tokenizer.speaker_token_ids[r] for r in ("customer", "agent"))
+  ids: list[int] = []
+  targets: list[bool] = []
+  for i, sample in enumerate(samples):
+    turn = name_turn(to_dialogue.sample_to_dialogue(sample, f"names:{i}"))
+    if turn is None:  # The customer never said it (e.g. an agent that gave up first).
+      continue
+    expected = sample.expected_action
+    block = action_grammar.format_action(
+        schema.Action(expected.status, sample.intent.name, tuple(expected.flights[:1])))
+    # Split at a word boundary, so the two encodings are the block's own tokens.
+    head, _, tail = block.partition("name= ")
+    context = ([customer, *tokenizer.encode(turn), tokenizer.eot_id, agent,
+                *tokenizer.encode(head + "name=")])
+    answer = tokenizer.encode(tail)
+    ids += [*context, *answer, tokenizer.eot_id]
+    targets += [False] * len(context) + [True] * len(answer) + [False]
+  return {"input_ids": np.asarray(ids, np.int32), "action_mask": np.asarray(targets, bool)}
+
+
 def make_batch(kind: str, num_rows: int, entropy: Sequence[int], tokenizer: DialogueTokenizer,
                max_length: int, kb_size: int) -> dict[str, np.ndarray]:
   """`num_rows` fresh rows of one kind, a pure function of `entropy`."""
   if kind == "repeat":
     return repeat_rows(num_rows, np.random.default_rng([*entropy, 2]), tokenizer)
+  if kind == "names":
+    samples = list(selfplay.generate_samples([*entropy, 3], num_rows * NAMES_PER_ROW, kb_size))
+    return collate([names_row(samples[i:i + NAMES_PER_ROW], tokenizer)
+                    for i in range(0, len(samples), NAMES_PER_ROW)])
   samples = selfplay.generate_samples([*entropy, 0], num_rows, kb_size)
   scene_rng = np.random.default_rng([*entropy, 1])
   rows = []
