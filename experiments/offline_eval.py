@@ -1,7 +1,7 @@
 """Offline evaluation of a trained role on held-out dialogues.
 
     python -m experiments.offline_eval --workdir=RUN_DIR [--split=eval] [--step=N]
-        [--max_dialogues=N]
+        [--max_dialogues=N] [--output_dir=DIR]
 
 Restores the model of a run made by experiments/train.py (its config.json
 names the task) and reports, on the split's MDP dataset and dialogues:
@@ -15,8 +15,15 @@ names the task) and reports, on the split's MDP dataset and dialogues:
     host transfer per batch. Dialogues whose prompt plus `max_new_tokens`
     exceeds the model's positions are counted as `final_turn/too_long`, not
     silently dropped.
+  * the field's text metrics of the role's next utterances: every turn of the
+    role in the held-out dialogues, decoded greedily (the same batched
+    decoder) from the true history before it, against the held-out turn:
+    corpus BLEU as the official AirDialogue toolkit reports it, and
+    distinct-1/2 of the decodings next to those of the held-out turns
+    (ilql_dialogue/text_metrics.py). Action blocks are left out of both
+    sides: the official dialogues carry the action apart from the words.
 
-Writes RUN_DIR/offline_eval_{split}_step{N}.json. `evaluate_run` is the entry
+Writes {output_dir or RUN_DIR}/offline_eval_{split}_step{N}.json. `evaluate_run` is the entry
 point for the pipeline; `evaluate` works on any model with the LM contract
 (a BC model, or an ILQL model's policy).
 """
@@ -36,9 +43,10 @@ from absl import flags
 from flax import nnx
 
 from data_pipelines import batching, mdp
+from data_pipelines.airdialogue import action_grammar
 from data_pipelines.dialogue import Dialogue, read_jsonl
 from experiments import cli
-from ilql_dialogue import bc, policy_io, sharding, tasks, value_guidance
+from ilql_dialogue import bc, policy_io, sharding, tasks, text_metrics, value_guidance
 from ilql_dialogue.value_heads import ILQLModel
 from ilql_dialogue.generation import sampler
 
@@ -73,11 +81,11 @@ def token_metrics(model: nnx.Module, task: tasks.Task, config: ml_collections.Co
           "token_accuracy": float(correct / count), "tokens": int(count)}
 
 
-def final_turn_prompt(dialogue: Dialogue, task: tasks.Task, utterance: int = -1) -> np.ndarray:
-  """Token ids of the history before the role's `utterance`-th turn (default: its last),
-  ending with its speaker token.
+def turn_prompts(dialogue: Dialogue, task: tasks.Task) -> list[np.ndarray]:
+  """Token ids of the history before each of the role's turns, in order, each ending
+  with the role's speaker token.
 
-  Built with the MDP builder itself (no window), so the prompt is laid out
+  Built with the MDP builder itself (no window), so the prompts are laid out
   exactly like the training sequences. Raises mdp.NoActionsError when the
   role never speaks.
   """
@@ -87,7 +95,12 @@ def final_turn_prompt(dialogue: Dialogue, task: tasks.Task, utterance: int = -1)
   actions = np.flatnonzero(example["action_mask"])
   ends = np.flatnonzero(example["utterance_end"])
   starts = [actions[0]] + [actions[actions > end][0] for end in ends[:-1]]
-  return example["input_ids"][:starts[utterance]]
+  return [example["input_ids"][:start] for start in starts]
+
+
+def final_turn_prompt(dialogue: Dialogue, task: tasks.Task, utterance: int = -1) -> np.ndarray:
+  """The prompt of the role's `utterance`-th turn (default: its last); see `turn_prompts`."""
+  return turn_prompts(dialogue, task)[utterance]
 
 
 def _left_pad(prompts: Sequence[np.ndarray], length: int, pad_id: int):
@@ -169,6 +182,62 @@ def final_turn_metrics(model: nnx.Module, task: tasks.Task, config: ml_collectio
   return {**counts, **task.final_turn_metrics(dialogues, decoded), "samples": samples}
 
 
+def spoken_text(utterance: str) -> str:
+  """What an utterance says in words: without its action block (AirDialogue's agent),
+  which the official dialogues keep apart from the text."""
+  return action_grammar.strip_action(utterance)
+
+
+def next_utterance_metrics(model: nnx.Module, task: tasks.Task,
+                           config: ml_collections.ConfigDict, split: str) -> dict[str, Any]:
+  """BLEU and distinct-1/2 of greedy decodings of every role turn of held-out dialogues.
+
+  This is the official toolkit's inference task restricted to one role (its
+  per-role `bleu:all` score): each turn predicted from the true history
+  before it, all turns scored as one corpus. Turns whose prompt plus
+  `max_new_tokens` exceeds the model's positions are counted as
+  `next_utterance/too_long`; dialogues where the role does not speak are
+  skipped, so a task of no speaking role (the dialogue LM) reports counts only.
+  """
+  settings = config.offline_eval
+  turn_dialogues: list[Dialogue] = []
+  prompts: list[np.ndarray] = []
+  references: list[str] = []
+  read = too_long = 0
+  for dialogue in read_jsonl(task.dialogue_paths[split]):
+    if settings.max_dialogues and read >= settings.max_dialogues:
+      break
+    read += 1
+    if task.role not in dialogue.roles:
+      continue
+    try:
+      dialogue_prompts = turn_prompts(dialogue, task)
+    except mdp.NoActionsError:
+      continue
+    texts = [t.text for t in dialogue.turns if t.speaker == task.role]
+    if len(texts) != len(dialogue_prompts):
+      raise ValueError(f"dialogue {dialogue.dialogue_id!r}: {len(texts)} {task.role} turns but "
+                       f"{len(dialogue_prompts)} {task.role} utterances in its MDP example")
+    for prompt, text in zip(dialogue_prompts, texts):
+      if len(prompt) + settings.max_new_tokens > model.cfg.max_seq_len:
+        too_long += 1
+        continue
+      turn_dialogues.append(dialogue)
+      prompts.append(prompt)
+      references.append(spoken_text(text))
+  counts = {"next_utterance/dialogues": read, "next_utterance/evaluated": len(prompts),
+            "next_utterance/too_long": too_long}
+  if not prompts:
+    return counts
+  decoded = [spoken_text(text) for text in decode_final_turns(
+      model, task, turn_dialogues, prompts, settings.batch_size, settings.max_new_tokens)]
+  return {**counts,
+          "next_utterance/bleu": text_metrics.corpus_bleu(decoded, references),
+          **{f"next_utterance/distinct_{n}": text_metrics.distinct_n(decoded, n) for n in (1, 2)},
+          **{f"next_utterance/reference_distinct_{n}": text_metrics.distinct_n(references, n)
+             for n in (1, 2)}}
+
+
 def evaluate(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigDict,
              split: str = "eval") -> dict[str, Any]:
   """All offline metrics of `model` (the LM contract; a PrefixLM for a prefix task)."""
@@ -179,6 +248,7 @@ def evaluate(model: nnx.Module, task: tasks.Task, config: ml_collections.ConfigD
              **token_metrics(model, task, config, split)}
   if task.final_turn_metrics is not None:
     metrics.update(final_turn_metrics(model, task, config, split))
+  metrics.update(next_utterance_metrics(model, task, config, split))
   return metrics
 
 
@@ -198,8 +268,10 @@ def restore_model(workdir: str, step: int | None = None):
 
 
 def evaluate_run(workdir: str, split: str = "eval", step: int | None = None,
-                 overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-  """Evaluates a run's checkpoint (default: the selected, else the latest); writes JSON."""
+                 overrides: dict[str, Any] | None = None,
+                 output_dir: str | None = None) -> dict[str, Any]:
+  """Evaluates a run's checkpoint (default: the selected, else the latest); writes JSON
+  into `output_dir` (default: the run's workdir)."""
   config, task, model, step = restore_model(workdir, step)
   if "offline_eval" not in config:
     with config.unlocked():
@@ -208,7 +280,9 @@ def evaluate_run(workdir: str, split: str = "eval", step: int | None = None,
   mesh = sharding.make_mesh(**config.mesh)
   with sharding.mesh_context(mesh):
     metrics = {"step": step, **evaluate(model, task, config, split)}
-  with open(os.path.join(workdir, f"offline_eval_{split}_step{step}.json"), "w") as f:
+  output_dir = output_dir or workdir
+  os.makedirs(output_dir, exist_ok=True)
+  with open(os.path.join(output_dir, f"offline_eval_{split}_step{step}.json"), "w") as f:
     json.dump(metrics, f, indent=2)
   return metrics
 
@@ -218,7 +292,8 @@ def main(argv):
   flag = flags.FLAGS
   cli.task_workdir(flag.workdir, "--workdir", flag.step)
   overrides = {} if flag.max_dialogues is None else {"max_dialogues": flag.max_dialogues}
-  print(json.dumps(evaluate_run(flag.workdir, flag.split, flag.step, overrides), indent=2))
+  print(json.dumps(evaluate_run(flag.workdir, flag.split, flag.step, overrides, flag.output_dir),
+                   indent=2))
 
 
 if __name__ == "__main__":
@@ -230,4 +305,5 @@ if __name__ == "__main__":
                        "latest).")
   flags.DEFINE_integer("max_dialogues", None,
                        "Held-out dialogues to decode (default: the config's).", lower_bound=0)
+  flags.DEFINE_string("output_dir", None, "Where the JSON goes (default: --workdir).")
   cli.run(main)

@@ -98,10 +98,16 @@ def test_quick_config_trains_and_evaluates_offline(name, data, tmp_path):
            if r["split"] == "train"]
   assert [r["step"] for r in train] == [1, 2, 3] and all(math.isfinite(r["loss"]) for r in train)
 
+  out = str(tmp_path / "offline_eval")
   got = offline_eval.evaluate_run(workdir, overrides=dict(max_dialogues=2, batch_size=2,
-                                                          max_new_tokens=4))
+                                                          max_new_tokens=4), output_dir=out)
   assert got["step"] == 3 and got["tokens"] > 0 and math.isfinite(got["perplexity"])
-  assert os.path.exists(os.path.join(workdir, "offline_eval_eval_step3.json"))
+  assert os.listdir(out) == ["offline_eval_eval_step3.json"]
+  assert not any(f.startswith("offline_eval") for f in os.listdir(workdir))
+  # Every turn of the role in the two held-out dialogues, decoded from its true history.
+  assert got["next_utterance/dialogues"] == 2 and got["next_utterance/evaluated"] >= 2
+  assert 0 <= got["next_utterance/bleu"] <= 100
+  assert 0 < got["next_utterance/reference_distinct_1"] <= 1
   key = {"bc_airdialogue": "final_action/n", "bc_persuasion_persuadee": "donation/n"}.get(name)
   if key is None:
     assert "final_turn/evaluated" not in got

@@ -1,21 +1,24 @@
 """Tasks: AirDialogue table prefix, P4G donation statement, offline metrics, decoding, learning."""
 
 import json
+import math
 import os
+import types
 
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
 
 from data_pipelines import tokenization
-from data_pipelines.airdialogue import schema
+from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl
 from data_pipelines.persuasion import loader
 from experiments import offline_eval, pipeline_lib
 from experiments import train_lib as launcher
 from experiments.configs import bc_airdialogue_quick, quickstart
-from ilql_dialogue import bc, metrics, tasks
+from ilql_dialogue import bc, metrics, tasks, text_metrics
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.tasks import airdialogue, persuasion
 
@@ -257,6 +260,58 @@ def test_batched_greedy_decoding_matches_a_naive_loop(tmp_path):
         ids.pop()
         break
     assert text == task.tokenizer.decode(ids[len(prompt):])
+
+
+def test_turn_prompts_hold_the_true_history_before_each_role_turn(tmp_path):
+  task = agent_prefix_task(tiny_airdialogue_root(str(tmp_path), train=8, eval_=3))
+  for dialogue in read_jsonl(task.dialogue_paths["eval"]):
+    prompts = offline_eval.turn_prompts(dialogue, task)
+    turns = [i for i, t in enumerate(dialogue.turns) if t.speaker == "agent"]
+    assert len(prompts) == len(turns) > 1
+    for k, (prompt, i) in enumerate(zip(prompts, turns)):
+      history = "".join(f"<|{t.speaker}|> {t.text}<|eot|>" for t in dialogue.turns[:i])
+      assert task.tokenizer.decode(prompt) == f"<|dialogue|>{history}<|agent|>"
+      np.testing.assert_array_equal(offline_eval.final_turn_prompt(dialogue, task, k), prompt)
+
+
+def test_next_utterance_metrics_score_every_role_turn_against_its_own_words(tmp_path,
+                                                                           monkeypatch):
+  """A decoder that answers each prompt with its held-out turn scores BLEU 100 on exactly the
+  turns that fit; action blocks are not words; an empty decoder scores 0 and has no n-grams."""
+  task = agent_prefix_task(tiny_airdialogue_root(str(tmp_path), train=8, eval_=4))
+  dialogues = list(read_jsonl(task.dialogue_paths["eval"]))
+  agent_id = task.tokenizer.speaker_token_ids["agent"]
+  lengths = sorted(len(p) for d in dialogues for p in offline_eval.turn_prompts(d, task))
+  config = ml_collections.ConfigDict({"offline_eval": offline_eval.default_config()})
+  config.offline_eval.update(max_dialogues=3, max_new_tokens=8)
+  # Prompts longer than the median do not fit this model's positions.
+  model = types.SimpleNamespace(cfg=types.SimpleNamespace(
+      max_seq_len=lengths[len(lengths) // 2] + config.offline_eval.max_new_tokens))
+
+  def held_out_turns(model, task, turn_dialogues, prompts, batch_size, max_new_tokens):
+    del model, batch_size, max_new_tokens
+    return [[t.text for t in d.turns if t.speaker == task.role][int(np.sum(p == agent_id)) - 1]
+            for d, p in zip(turn_dialogues, prompts)]
+
+  monkeypatch.setattr(offline_eval, "decode_final_turns", held_out_turns)
+  got = offline_eval.next_utterance_metrics(model, task, config, "eval")
+  turns = [t.text for d in dialogues[:3] for t in d.turns if t.speaker == "agent"]
+  assert got["next_utterance/dialogues"] == 3
+  assert got["next_utterance/too_long"] > 0
+  assert got["next_utterance/evaluated"] + got["next_utterance/too_long"] == len(turns)
+  assert got["next_utterance/bleu"] == pytest.approx(100.0)
+  assert got["next_utterance/distinct_1"] == got["next_utterance/reference_distinct_1"]
+  assert any(action_grammar.contains_action(t) for t in turns)
+  spoken = [action_grammar.strip_action(t) for t in turns]
+  model.cfg.max_seq_len = 10**6  # Every turn fits: the references are the spoken words.
+  got = offline_eval.next_utterance_metrics(model, task, config, "eval")
+  assert got["next_utterance/evaluated"] == len(turns)
+  for n in (1, 2):
+    assert got[f"next_utterance/reference_distinct_{n}"] == text_metrics.distinct_n(spoken, n)
+
+  monkeypatch.setattr(offline_eval, "decode_final_turns", lambda *args: [""] * len(args[3]))
+  got = offline_eval.next_utterance_metrics(model, task, config, "eval")
+  assert got["next_utterance/bleu"] == 0.0 and math.isnan(got["next_utterance/distinct_1"])
 
 
 def test_bc_learns_on_a_tiny_airdialogue_corpus(tmp_path):
