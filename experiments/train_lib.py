@@ -5,7 +5,9 @@
 a `task` section (e.g. bc_airdialogue_quick.py) gets its data from
 ilql_dialogue/tasks (datasets built on first use, structured prefix), and
 with `online_eval` it plays held-out scenarios at every evaluation, which
-`selection` keeps the best checkpoint by.
+`selection` keeps the best checkpoint by. With an `rl` section as well
+(grpo_airdialogue_quick.py) its batches are rollouts of the task's role
+(cotraining/launch.py) instead of the task's dataset.
 """
 
 from __future__ import annotations
@@ -123,11 +125,16 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     if hasattr(algorithm, "filter_dataset"):  # Filtered BC trains on its top dialogues only.
       task = dataclasses.replace(task, datasets={
           **task.datasets, "train": algorithm.filter_dataset(task.datasets["train"])})
-    train_data = tasks.train_data(task, config)
-    eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
+    if config.get("rl") is not None:  # Online RL (cotraining/): rollouts, not the dataset.
+      from cotraining import launch
+      train_data, eval_fn = launch.rollout_source(config, algorithm, task, workdir), None
+    else:
+      train_data = tasks.train_data(task, config)
+      eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
     for extra in (online_eval(task, config), skill_probes.probe_fn(config)):
       if extra is not None:  # Both decode from the host: per process on a whole replica.
-        eval_fn = train_loop.merged_evaluators(eval_fn, multihost.per_process(extra))
+        extra = multihost.per_process(extra)
+        eval_fn = extra if eval_fn is None else train_loop.merged_evaluators(eval_fn, extra)
   elif config.data.synthetic:
     if config.model.vocab_size <= 0:
       config.model.vocab_size = SYNTHETIC_VOCAB

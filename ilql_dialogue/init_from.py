@@ -11,7 +11,8 @@ Every language model inside the algorithm's model gets the source's weights:
 BC's model; ILQL's value trunk, policy trunk and target trunk; a baseline's
 trunk. Everything else (Q and V heads, CALM's action head) keeps its fresh
 init, as in the ILQL reference, whose heads start fresh on a BC-trained LM.
-The source LM of a workdir is its policy (BC's model, ILQL's policy trunk).
+The source LM of a workdir is its policy (BC's model, ILQL's policy trunk,
+GRPO's policy, never its frozen reference).
 
 Compatibility is checked when the run starts, before the first step, and a
 mismatch names the parameter:
@@ -118,7 +119,8 @@ def load(source: Source) -> tuple[ModelConfig, dict[str, np.ndarray]]:
 
     config = policy_io.read_config(source.path)
     model, step = policy_io.restore_model(source.path, config, source.step)
-    lm = model.policy if isinstance(model, ILQLModel) else model
+    # The source LM is the policy: ILQL's policy trunk, GRPO's policy (cotraining/policy.py).
+    lm = model.policy if isinstance(model, ILQLModel) or hasattr(model, "reference") else model
     logging.info("init_from: %s step %d (%s)", source.path, step, type(lm).__name__)
     return lm.cfg, _lm_weights(lm)
   if source.kind == "hf":

@@ -29,11 +29,23 @@ def _only_fields(fields: tuple[str, ...], make: Callable[[ml_collections.ConfigD
   return checked
 
 
+def _policy_gradient(config: ml_collections.ConfigDict) -> Any:
+  """GRPO / RLOO / PPO (cotraining/algorithms.py), imported only when named."""
+  from cotraining import algorithms
+
+  if config.algorithm.name == "ppo":
+    return algorithms.PPO.from_config(config)
+  return algorithms.PolicyGradient.from_config(config)
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
     "bc": _only_fields((), lambda config: bc.BC()),
     "ilql": ilql.ILQL.from_config,
     "filtered_bc": _only_fields(("top_fraction",), baselines.FilteredBC.from_config),
     "mc_value": baselines.MCValue.from_config,
+    "grpo": _policy_gradient,
+    "rloo": _policy_gradient,
+    "ppo": _policy_gradient,
 }
 
 

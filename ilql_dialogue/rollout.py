@@ -16,6 +16,10 @@ A dialogue ends when
 Only agent turns are parsed: whatever a customer writes cannot end or score
 a dialogue (a customer's action blocks are counted as role violations).
 
+The turn protocol is the task-agnostic engine's (environment.play);
+`AirDialogueEnv` is the task: scenarios, contexts, the action ending and the
+reward (exact success, or the soft score) that online RL (cotraining/) uses.
+
 Scenarios are held out from training by construction: scenario i of seed s is
 drawn from its own generator `default_rng([s, i])`, while self-play corpora
 (data_pipelines/airdialogue/selfplay.py) draw from `SeedSequence(seed).spawn`
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import zlib
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -37,6 +40,7 @@ from absl import logging
 
 from data_pipelines.airdialogue import action_grammar, context, schema, scorer, solver
 from data_pipelines.dialogue import Turn
+from ilql_dialogue import environment
 from ilql_dialogue.simulators import AGENT, CUSTOMER, Party
 
 DEFAULT_SEED = 1000
@@ -119,61 +123,73 @@ class DialogueResult:
 
 def row_seeds(seed: int, scenarios: Sequence[Scenario], stream: int) -> list[int]:
   """One seed per row from (seed, party stream, scenario id): independent of batching."""
-  return [int(np.random.SeedSequence([seed, stream, zlib.crc32(s.scenario_id.encode())])
-              .generate_state(1, np.uint64)[0]) for s in scenarios]
+  return environment.row_seeds(seed, [s.scenario_id for s in scenarios], stream)
 
 
-def _check_replies(role: str, replies: Any, batch: int) -> list[str | None]:
-  if not isinstance(replies, (list, tuple)) or len(replies) != batch:
-    raise ValueError(f"{role} party: respond must return a list of {batch} replies, got "
-                     f"{replies!r:.200}")
-  for b, reply in enumerate(replies):
-    if reply is not None and not isinstance(reply, str):
-      raise ValueError(f"{role} party: reply of row {b} is {type(reply).__name__}, not str or None")
-  return list(replies)
+class AirDialogueEnv:
+  """AirDialogue as an `environment.Environment`: the customer opens, the agent ends.
+
+  The agent sees the flight table, the customer its intent. Only agent turns
+  are parsed (module docstring). `reward` is exact success (1 or 0), or with
+  `reward="soft"` the clean soft score of the parsed action (0 without one).
+  """
+
+  turn_order = (CUSTOMER, AGENT)
+  seed_streams = {AGENT: 0, CUSTOMER: 1}
+  REWARDS = ("success", "soft")
+
+  def __init__(self, reward: str = "success", kb_size: int = 30):
+    if reward not in self.REWARDS:
+      raise ValueError(f"AirDialogueEnv: reward={reward!r} not in {self.REWARDS}")
+    self.reward_kind = reward
+    self.kb_size = kb_size
+
+  def sample(self, seed: int, num: int) -> list[Scenario]:
+    return make_scenarios(seed, num, self.kb_size)
+
+  def scenario_key(self, scenario: Scenario) -> str:
+    return scenario.scenario_id
+
+  def context(self, scenario: Scenario, role: str) -> dict[str, Any]:
+    return scenario.context(role)
+
+  def ending(self, scenario: Scenario, role: str, text: str) -> environment.Ending | None:
+    if role != AGENT or not action_grammar.contains_action(text):
+      return None
+    try:
+      return environment.Ending("action", {"action_text": text,
+                                           "action": action_grammar.parse_action(text)})
+    except action_grammar.ActionParseError as e:
+      logging.warning("scenario %s: unparsable action (%s): %r", scenario.scenario_id, e, text)
+      return environment.Ending("unparsable_action", {"action_text": text, "parse_error": str(e)})
+
+  def reward(self, episode: environment.Episode) -> float:
+    action = episode.info.get("action")
+    if action is None:
+      return 0.0
+    expected = episode.scenario.expected_action
+    if self.reward_kind == "soft":
+      return float(scorer.soft_score(action, expected))
+    return float(scorer.is_success(action, expected))
+
+
+def to_result(episode: environment.Episode) -> DialogueResult:
+  """An AirDialogue episode as its scored DialogueResult."""
+  scenario = episode.scenario
+  return DialogueResult(
+      scenario_id=scenario.scenario_id, turns=episode.turns, end_reason=episode.end_reason,
+      expected_action=scenario.expected_action,
+      customer_action_blocks=sum(t.speaker == CUSTOMER and action_grammar.contains_action(t.text)
+                                 for t in episode.turns),
+      **episode.info)
 
 
 def rollout(agent: Party, customer: Party, scenarios: Sequence[Scenario], *,
             max_turns: int = DEFAULT_MAX_TURNS, seed: int = 0) -> list[DialogueResult]:
   """Plays one batch of dialogues to the end (module docstring); one result per scenario."""
-  if max_turns < 1:
-    raise ValueError(f"max_turns={max_turns} must be >= 1")
-  batch = len(scenarios)
-  agent.reset([s.context(AGENT) for s in scenarios], row_seeds(seed, scenarios, 0))
-  customer.reset([s.context(CUSTOMER) for s in scenarios], row_seeds(seed, scenarios, 1))
-  histories: list[list[Turn]] = [[] for _ in range(batch)]
-  ended: list[dict[str, Any] | None] = [None] * batch
-  violations = [0] * batch
-  for turn in range(max_turns):
-    role, party = (CUSTOMER, customer) if turn % 2 == 0 else (AGENT, agent)
-    live = [ended[b] is None for b in range(batch)]
-    if not any(live):
-      break
-    replies = _check_replies(role, party.respond(
-        [h if alive else None for h, alive in zip(histories, live)]), batch)
-    for b in np.flatnonzero(live):
-      reply = replies[b]
-      if reply is None:
-        ended[b] = {"end_reason": f"{role}_ended"}
-        continue
-      histories[b].append(Turn(role, reply))
-      if not action_grammar.contains_action(reply):
-        continue
-      if role == CUSTOMER:
-        violations[b] += 1
-        continue
-      try:
-        ended[b] = {"end_reason": "action", "action_text": reply,
-                    "action": action_grammar.parse_action(reply)}
-      except action_grammar.ActionParseError as e:
-        logging.warning("scenario %s: unparsable action (%s): %r", scenarios[b].scenario_id, e,
-                        reply)
-        ended[b] = {"end_reason": "unparsable_action", "action_text": reply,
-                    "parse_error": str(e)}
-  return [DialogueResult(scenario_id=s.scenario_id, turns=tuple(h),
-                         expected_action=s.expected_action, customer_action_blocks=v,
-                         **(e or {"end_reason": "turn_limit"}))
-          for s, h, e, v in zip(scenarios, histories, ended, violations)]
+  episodes = environment.play(AirDialogueEnv(), {AGENT: agent, CUSTOMER: customer}, scenarios,
+                              max_turns=max_turns, seed=seed)
+  return [to_result(e) for e in episodes]
 
 
 def run_dialogues(agent: Party, customer: Party, scenarios: Sequence[Scenario], *,

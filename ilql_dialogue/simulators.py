@@ -317,6 +317,14 @@ class LMParty:
   `generated_ids[b]` keeps the ids this party sampled in row b, one list per
   turn (the <|eot|> included), so callers can audit what was decoded;
   `compactions` counts cache compactions since `reset`.
+
+  For training on its own turns (cotraining/), the party also records row b
+  exactly as its model read it: `token_ids[b]` every id in cache order (the
+  prompt, each appended block, each sampled id), `sampled[b]` whether each
+  was sampled by this party, `logprobs[b]` the log-probability it was
+  sampled with (0 for the others), and `prefix_fields_BxPxF` the structured
+  prefix (None without one). A trainer re-reading `token_ids` sees the very
+  sequence that was decoded, never a re-tokenization of its text.
   """
 
   def __init__(self, decoder: Any, tokenizer: DialogueTokenizer, role: str, *,
@@ -392,9 +400,14 @@ class LMParty:
       fields_BxPxF = np.stack([self.prefix_fields(c, f"{self.role} context of row {b}")
                                for b, c in enumerate(contexts)])
       prefix_BxPxD = self.decoder.embed_prefix(jnp.asarray(fields_BxPxF))
+      self.prefix_fields_BxPxF = fields_BxPxF
+    else:
+      self.prefix_fields_BxPxF = None
     self._state = start_state(self.decoder, prompts, tok.pad_id, self.chunk, self.cache_len,
                               prefix_BxPxD)
-    self._key = jax.random.key(np.random.SeedSequence([int(s) for s in seeds]).generate_state(1)[0])
+    # One key per row, from that row's seed alone: a row samples the same tokens in any batch.
+    self._key = jax.vmap(jax.random.key)(jnp.asarray(
+        [np.random.SeedSequence(int(s)).generate_state(1)[0] for s in seeds], jnp.uint32))
     self._calls = 0
     self._seen = [0] * batch  # Turns of each row's history already in the cache.
     self._last = [None] * batch  # This party's last reply per row.
@@ -402,6 +415,9 @@ class LMParty:
     self._ended = [False] * batch
     self._batch_hook = self._hook(batch)
     self.generated_ids = [[] for _ in range(batch)]
+    self.token_ids = [list(p) for p in prompts]
+    self.sampled = [[False] * len(p) for p in prompts]
+    self.logprobs = [[0.0] * len(p) for p in prompts]
     self.compactions = 0
 
   def _new_tokens(self, b: int, history: Sequence[Turn]) -> list[int]:
@@ -457,15 +473,18 @@ class LMParty:
     params = sampler.SamplingParams.make(
         batch, max_new_tokens=np.where(active_B, self.max_new_tokens, 0),
         stop_tokens=[tok.eot_id], **self.sampling)
-    key = jax.random.fold_in(self._key, self._calls)
+    key = sampler.fold_in(self._key, self._calls)
     self._calls += 1
-    self._state, tokens_BxN, _, num_B = sampler.generate(
+    self._state, tokens_BxN, logprobs_BxN, num_B = sampler.generate(
         self.decoder, self._state, params, key, max_new_tokens=self.max_new_tokens,
         pad_id=tok.pad_id, hook=self._batch_hook)
-    tokens_BxN, num_B = jax.device_get((tokens_BxN, num_B))
+    tokens_BxN, logprobs_BxN, num_B = jax.device_get((tokens_BxN, logprobs_BxN, num_B))
     for b in np.flatnonzero(active_B):
       ids = tokens_BxN[b, :num_B[b]].tolist()
       self.generated_ids[b].append(ids)
+      self.token_ids[b] += blocks[b] + ids
+      self.sampled[b] += [False] * len(blocks[b]) + [True] * len(ids)
+      self.logprobs[b] += [0.0] * len(blocks[b]) + logprobs_BxN[b, :num_B[b]].tolist()
       closed = bool(ids) and ids[-1] == tok.eot_id
       self._open[b] = not closed
       text = tok.decode(ids[:-1] if closed else ids).strip()

@@ -43,7 +43,9 @@ from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, opti
 # The task's batches: given the number of updates already done, this host's
 # rows for that step and every later one, [host_batch, ...] numpy arrays of
 # static shape. The batch for step s must depend only on (seed, s), which is
-# what makes a resumed run see the data an uninterrupted run would.
+# what makes a resumed run see the data an uninterrupted run would. Data with
+# a `bind_model(current)` method (an online-RL experience source) is given
+# `current()`, the model as of the last update, and may also depend on it.
 TrainData = Callable[[int], Iterator[Mapping[str, np.ndarray]]]
 # Evaluation at a step: the current model -> host scalars, logged as "eval".
 EvalFn = Callable[[nnx.Module, int], Mapping[str, float]]
@@ -279,6 +281,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       with checkpointing.PreemptionGuard() as guard, tqdm.tqdm(
           total=train.steps, initial=start, disable=not (is_chief and train.progress_bar),
           desc="train") as bar:
+        bind_model = getattr(train_data, "bind_model", None)
+        if bind_model is not None:  # Online RL (cotraining/): the data samples from the model.
+          bind_model(lambda: nnx.merge(training.graphdef, state).model)
         data = iter(train_data(start))
         for step in range(start + 1, train.steps + 1):
           batch = next(data, None)

@@ -73,8 +73,8 @@ CASES = {
         train(p, "--config.data.datset_dir=x"),
         ["--config.data.datset_dir=x: config.data has no field 'datset_dir'"]),
     "train: unknown algorithm": lambda p: (
-        train(p, f"--config.data.dataset_dir={p['agent']}", "--config.algorithm.name=ppo"),
-        ["config.algorithm.name='ppo': unknown algorithm"]),
+        train(p, f"--config.data.dataset_dir={p['agent']}", "--config.algorithm.name=dqn"),
+        ["config.algorithm.name='dqn': unknown algorithm"]),
     "train: missing config file": lambda p: (
         ("experiments.train", "--config=experiments/configs/nope.py", f"--workdir={p['root']}"),
         ["--config=experiments/configs/nope.py: no such config file"]),

@@ -25,6 +25,10 @@ loop and written back once after it. A cache sized for a whole episode then
 costs each step only what the history so far holds. The layers decode from
 per-layer parameters sliced once before the loop (`hoisted_layers`).
 
+Randomness: `rng` is one key for the batch, or B keys (one per row, a
+typed key array of shape [B]); with per-row keys a row's draws depend on its
+own key only, so a row samples the same tokens whatever batch it is in.
+
 Log-probs: each returned log-prob is that of the chosen token under the
 distribution it was drawn from: softmax of the processed logits (the hook,
 then temperature, top-k, top-p), renormalised over the kept tokens. Greedy
@@ -220,9 +224,24 @@ def append(model: Any, state: DecodeState, tokens_BxT: jax.Array,
   return _append(model, state, tokens_BxT, mask_BxT)
 
 
+def fold_in(rng: jax.Array, data: jax.Array) -> jax.Array:
+  """`jax.random.fold_in` for one key or for per-row keys [B] (each folded with `data`)."""
+  if rng.ndim == 0:
+    return jax.random.fold_in(rng, data)
+  return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, data)
+
+
+def _categorical(rng: jax.Array, logits_BxV: jax.Array) -> jax.Array:
+  if rng.ndim == 0:
+    return jax.random.categorical(rng, logits_BxV, axis=-1)
+  return jax.vmap(lambda key, logits_V: jax.random.categorical(key, logits_V))(rng, logits_BxV)
+
+
 def sample_from_logits(logits_BxV: jax.Array, params: SamplingParams,
                        rng: jax.Array) -> tuple[jax.Array, jax.Array]:
   """Chooses one token per row and returns (tokens_B, logprobs_B).
+
+  `rng` is one key, or B per-row keys (module docstring).
 
   The sort behind top-k/top-p and the Gumbel noise behind sampling are
   skipped (`lax.cond` on traced flags) when no row needs them, so greedy
@@ -241,7 +260,7 @@ def sample_from_logits(logits_BxV: jax.Array, params: SamplingParams,
       jnp.all(greedy_B),
       lambda x: jnp.argmax(x, axis=-1).astype(jnp.int32),
       lambda x: jnp.where(greedy_B, jnp.argmax(x, axis=-1),
-                          jax.random.categorical(rng, x, axis=-1)).astype(jnp.int32),
+                          _categorical(rng, x)).astype(jnp.int32),
       logits_BxV)
   logprobs_BxV = jax.nn.log_softmax(logits_BxV, axis=-1)
   logprobs_B = jnp.take_along_axis(logprobs_BxV, tokens_B[:, None], axis=-1)[:, 0]
@@ -276,7 +295,7 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
           hidden_BxD=st.last_hidden_BxD, tokens_BxN=loop.tokens_BxN, step=loop.step,
           position_B=st.lengths_B, done_B=loop.done_B))
     tokens_B, logprobs_B = sample_from_logits(
-        logits_BxV, params, jax.random.fold_in(rng, loop.step))
+        logits_BxV, params, fold_in(rng, loop.step))
     active_B = ~loop.done_B
     tokens_B = jnp.where(active_B, tokens_B, pad_id)
     logprobs_B = jnp.where(active_B, logprobs_B, 0.0)
