@@ -152,7 +152,7 @@ def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
   for agent, customer in config.evaluation.pairs:
     selection = selections.get(agent) or {}
     beta = float(selection.get("eval", {}).get("best_beta", 0.0))
-    tag = f"{agent}_vs_{customer.replace(':', '-')}"
+    tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
     summary_path = os.path.join(out_dir, f"eval_{tag}.json")
     if not os.path.exists(summary_path):
       logging.info("stage evaluate %s vs %s (beta %g)", agent, customer, beta)
@@ -207,6 +207,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 # run with none of them (the customer) shows its held-out loss.
 CURVES = (("skill/agent_name_acc_expected", "agent closing-turn name acc."),
           ("skill/customer_name_rate", "customer states its name"),
+          ("skill/customer_departure_airport_rate", "customer states its airport"),
           ("return", "online success (validation)"))
 
 

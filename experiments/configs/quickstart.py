@@ -52,7 +52,11 @@ def get_config() -> ml_collections.ConfigDict:
       # 2000) the make-run BC agent succeeds 0.41 greedy and 0.23 sampling (docs/RESULTS.md).
       agent_temperature=0.0,
       customer_temperature=1.0,  # The learned customer's sampling.
+      # The corpus speaks the training phrasing families (family_split.json); each learned
+      # agent also meets the held-out ones: its generalization gap.
       pairs=(("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
+             ("bc_agent", "scripted:volunteer/held_out"),
+             ("ilql_agent", "scripted:volunteer/held_out"),
              ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
   ))
   return config
