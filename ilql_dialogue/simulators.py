@@ -29,6 +29,8 @@ party decodes the whole batch in one call. Spec strings (`make_party`):
                             default template) or a group of family_split.json (train,
                             held_out), from which each row draws one by its seed
     PATH                    a training workdir: the checkpoint as an LMParty
+    vs:[k=K,pick=RULE,t=T:]PATH   its LMParty answering with one of K candidates
+                            (Verbalized Sampling, cotraining/verbalized_sampling.py)
     module.path:ClassName   a user's class implementing the protocol; it is
                             constructed with `role=` if its __init__ takes
                             one, else with no arguments
@@ -69,6 +71,7 @@ ACTION_ROLES = (AGENT,)  # Roles allowed to write the final action block.
 ACTION_MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
 SCRIPTED_CUSTOMER_PREFIX = "scripted:"
 SCRIPTED_AGENT_PREFIX = "scripted_agent:"
+VS_PREFIX = "vs:"
 CLASS_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -540,6 +543,9 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
     if role != AGENT:
       raise ValueError(f"party spec {spec!r} is a scripted agent, asked to play {role!r}")
     return ScriptedAgent(*_name_and_family(spec, SCRIPTED_AGENT_PREFIX))
+  if spec.startswith(VS_PREFIX):
+    from cotraining import verbalized_sampling  # Builds on this module.
+    return verbalized_sampling.from_spec(spec, role, **lm_options)
   if os.path.isdir(spec):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
     return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)
