@@ -27,13 +27,7 @@ from data_pipelines.airdialogue import typing_noise
 from ilql_dialogue import simulators
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_FIELD_SLOT = {
-    "goal": customers.GOAL, "name": customers.NAME,
-    "departure_airport": customers.AIRPORTS, "return_airport": customers.AIRPORTS,
-    "departure_month": customers.DATES, "departure_day": customers.DATES,
-    "return_month": customers.DATES, "return_day": customers.DATES,
-    **{f: slot for slot, fs in agents.CONSTRAINT_FIELDS.items() for f in fs},
-}
+_FIELD_SLOT = agents.SLOT_OF_FIELD
 _SPLIT = family_split.SPLIT
 
 

@@ -75,6 +75,14 @@ CONSTRAINT_FIELDS = {
 }
 _TRIP_FIELDS = ("departure_airport", "return_airport", "departure_month", "departure_day",
                 "return_month", "return_day")
+# The customer slot that states each Intent attribute (what extract_slots hears -> what was said).
+SLOT_OF_FIELD = {
+    "goal": customers.GOAL, "name": customers.NAME,
+    "departure_airport": customers.AIRPORTS, "return_airport": customers.AIRPORTS,
+    "departure_month": customers.DATES, "departure_day": customers.DATES,
+    "return_month": customers.DATES, "return_day": customers.DATES,
+    **{f: slot for slot, fs in CONSTRAINT_FIELDS.items() for f in fs},
+}
 
 
 def extract_slots(utterance: str, asked: Collection[str] = (),
