@@ -38,6 +38,13 @@ def _policy_gradient(config: ml_collections.ConfigDict) -> Any:
   return algorithms.PolicyGradient.from_config(config)
 
 
+def _calm(config: ml_collections.ConfigDict) -> Any:
+  """CALM (calm/model.py), imported only when named."""
+  from calm import model
+
+  return model.CALM.from_config(config)
+
+
 ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
     "bc": _only_fields((), lambda config: bc.BC()),
     "ilql": ilql.ILQL.from_config,
@@ -46,6 +53,7 @@ ALGORITHMS: dict[str, Callable[[ml_collections.ConfigDict], Any]] = {
     "grpo": _policy_gradient,
     "rloo": _policy_gradient,
     "ppo": _policy_gradient,
+    "calm": _calm,
 }
 
 

@@ -31,6 +31,10 @@ party decodes the whole batch in one call. Spec strings (`make_party`):
     PATH                    a training workdir: the checkpoint as an LMParty
     vs:[k=K,pick=RULE,t=T:]PATH   its LMParty answering with one of K candidates
                             (Verbalized Sampling, cotraining/verbalized_sampling.py)
+    calm:[n=N,m=M,h=H,score=S,temp=T:]PATH   a CALM agent planning over N candidates x M
+                            imagined continuations of H utterances (calm/planning.py)
+    vs_llm:k=K,base_url=URL,model=NAME[,...]   an LLM behind an OpenAI-compatible
+                            endpoint, asked for K candidates as JSON (cotraining/vs_llm.py)
     module.path:ClassName   a user's class implementing the protocol; it is
                             constructed with `role=` if its __init__ takes
                             one, else with no arguments
@@ -72,6 +76,7 @@ ACTION_MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
 SCRIPTED_CUSTOMER_PREFIX = "scripted:"
 SCRIPTED_AGENT_PREFIX = "scripted_agent:"
 VS_PREFIX = "vs:"
+CALM_PREFIX = "calm:"
 CLASS_SPEC_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -543,9 +548,15 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
     if role != AGENT:
       raise ValueError(f"party spec {spec!r} is a scripted agent, asked to play {role!r}")
     return ScriptedAgent(*_name_and_family(spec, SCRIPTED_AGENT_PREFIX))
+  if spec.startswith("vs_llm:"):
+    from cotraining import vs_llm  # Builds on this module.
+    return vs_llm.from_spec(spec, role, **lm_options)
   if spec.startswith(VS_PREFIX):
     from cotraining import verbalized_sampling  # Builds on this module.
     return verbalized_sampling.from_spec(spec, role, **lm_options)
+  if spec.startswith(CALM_PREFIX):
+    from calm import planning  # Builds on this module.
+    return planning.from_spec(spec, role, **lm_options)
   if os.path.isdir(spec):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
     return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)

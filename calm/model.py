@@ -1,0 +1,193 @@
+"""CALM as an Algorithm of the one loop: one table-conditioned LM for both roles, a reward
+token and an auxiliary action head.
+
+The model (`CALMModel`) is BC's PrefixLM (the 32-row table prefix before the
+dialogue tokens) plus two small pieces:
+
+  reward token  a learned embedding of the dialogue's reward (success 1/0 of
+                its, possibly relabeled, table), added to every prefix row.
+                Added rather than appended as a 33rd row, so the prefix keeps
+                the 32 rows every party, sampler cache and `init_from` source
+                is sized for; the trunk attends to all rows, so one shared
+                offset conditions it as fully as a separate row would. Decoding
+                conditions on reward 1 (`embed_prefix`' default), so a CALM
+                workdir is an agent party like any BC one (policy_io).
+  action head   models/heads.Head over the 63 final actions (calm/actions.py),
+                read at the `[action]` marker of the agent's closing turn: the
+                state that has just decided to act and has not yet written
+                which action. Read after the block, the head would learn to
+                copy the submitted action, which under relabeling is always
+                the expected one, and could not judge an imagined rollout
+                (calm/planning.py).
+
+The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens: the
+LM is the policy on agent turns and the dynamics model on customer turns.
+Plus `action_head_weight` times the head's cross-entropy against the expected
+action; every flight tied at the lowest price is correct, so the target is
+the set and the loss is -log of the summed probability of its classes. Weight
+0 is the 'CALM without the auxiliary head' ablation: the head is still built
+(one checkpoint layout) and its accuracy still logged, but nothing trains it.
+
+Batch keys: the agent task's (tasks/airdialogue.py, structured prefix):
+`input_ids`, `attention_mask`, `speaker_ids`, `prefix_fields`, `outcome`
+(the reward), and the columns calm/data.py adds: `action_position` (index of
+the closing turn's `[action]` marker, -1 if the window holds none) and
+`expected_classes_lo` / `_hi` (the expected action's classes as two 32-bit
+sets: class c is bit c of lo for c < 32, bit c - 32 of hi otherwise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import nnx
+
+from calm import actions
+from data_pipelines import mdp
+from ilql_dialogue import bc
+from ilql_dialogue.algorithm import Batch, Metrics
+from ilql_dialogue.models.heads import Head
+from ilql_dialogue.models.layers import normal, param
+from ilql_dialogue.models.lm_loss import token_cross_entropy
+
+ACTION_POSITION = "action_position"
+EXPECTED_LO, EXPECTED_HI = "expected_classes_lo", "expected_classes_hi"
+REWARD = "outcome"  # The MDP datasets' per-dialogue outcome: success 1/0.
+BITS = 32
+NUM_REWARDS = 2  # Reward token values: 0 (failure), 1 (success).
+
+
+class CALMModel(nnx.Module):
+  """PrefixLM + reward embedding + 63-way action head (module docstring).
+
+  Keeps the LM contract of bc.PrefixLM (`cfg`, `__call__`, `logits`,
+  `embed_prefix`), so the sampler, LMParty and the online evaluation decode
+  it unchanged; `init_from` loads the inner `lm` (a PrefixLM) and leaves the
+  reward embedding and the head fresh.
+  """
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs, head_hidden_dim: int = 0):
+    self.cfg = cfg
+    self.lm = bc.PrefixLM(cfg, rngs=rngs)
+    self.reward_embed = param(rngs, normal(cfg.init_std), (NUM_REWARDS, cfg.d_model),
+                              (None, "embed"), cfg.weight_dtype)
+    self.action_head = Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim)
+
+  def embed_prefix(self, fields_BxPxF: jax.Array, reward_B: jax.Array | None = None
+                   ) -> jax.Array:
+    """The table rows, each plus the reward token's embedding (reward 1 when not given)."""
+    rows_BxPxD = self.lm.embed_prefix(fields_BxPxF)
+    batch = rows_BxPxD.shape[0]
+    reward_B = (jnp.ones((batch,), jnp.int32) if reward_B is None
+                else jnp.clip(jnp.round(reward_B), 0, NUM_REWARDS - 1).astype(jnp.int32))
+    chex.assert_shape(reward_B, (batch,))
+    offset_BxD = jnp.take(self.reward_embed[...], reward_B, axis=0)
+    return (rows_BxPxD.astype(jnp.float32) + offset_BxD[:, None, :].astype(jnp.float32)
+            ).astype(rows_BxPxD.dtype)
+
+  def __call__(self, tokens_BxT, positions_BxT, token_mask_BxT, *, cache=None,
+               prefix_BxPxD=None):
+    return self.lm(tokens_BxT, positions_BxT, token_mask_BxT, cache=cache,
+                   prefix_BxPxD=prefix_BxPxD)
+
+  def logits(self, hidden_BxNxD: jax.Array) -> jax.Array:
+    return self.lm.logits(hidden_BxNxD)
+
+  def action_logits(self, hidden_BxD: jax.Array) -> jax.Array:
+    """logits_BxA over the 63 final actions (calm/actions.py) from one state per row."""
+    return self.action_head(hidden_BxD[:, None, :])[:, 0]
+
+
+def expected_set(lo_B: jax.Array, hi_B: jax.Array) -> jax.Array:
+  """bool [B, 63]: the two 32-bit class sets of the batch as one mask."""
+  bits_K = jnp.arange(BITS, dtype=jnp.uint32)
+  lo_BxK = (lo_B.astype(jnp.uint32)[:, None] >> bits_K) & 1
+  hi_BxK = (hi_B.astype(jnp.uint32)[:, None] >> bits_K) & 1
+  return jnp.concatenate([lo_BxK, hi_BxK], axis=1)[:, :actions.NUM_ACTIONS].astype(bool)
+
+
+def action_head_metrics(logits_BxA: jax.Array, target_BxA: jax.Array, valid_B: jax.Array
+                        ) -> tuple[jax.Array, Metrics]:
+  """Mean -log P(expected set) over valid rows, and how often the argmax is in the set.
+
+  A row counts when it has a decision state (`valid_B`) and a non-empty set.
+  """
+  chex.assert_equal_shape([logits_BxA, target_BxA])
+  logits_BxA = logits_BxA.astype(jnp.float32)
+  valid_B = valid_B & jnp.any(target_BxA, axis=-1)
+  log_set_B = (jax.nn.logsumexp(jnp.where(target_BxA, logits_BxA, -jnp.inf), axis=-1)
+               - jax.nn.logsumexp(logits_BxA, axis=-1))
+  hit_B = jnp.take_along_axis(target_BxA, jnp.argmax(logits_BxA, axis=-1)[:, None], axis=-1)[:, 0]
+  weights_B = valid_B.astype(jnp.float32)
+  count = jnp.maximum(weights_B.sum(), 1.0)
+  loss = -(jnp.where(valid_B, log_set_B, 0.0) * weights_B).sum() / count
+  accuracy = (hit_B * weights_B).sum() / count
+  return loss, {"action_head/loss": loss, "action_head/accuracy": accuracy,
+                "action_head/rows": weights_B.sum()}
+
+
+def decision_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(hidden_BxD at each row's `[action]` marker, whether the row has one)."""
+  valid_B = position_B >= 0
+  index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
+  return jnp.take_along_axis(hidden_BxTxD, index_B[:, None, None], axis=1)[:, 0], valid_B
+
+
+@dataclasses.dataclass(frozen=True)
+class CALM:
+  """The CALM Algorithm (module docstring). `head_hidden_dim` 0 is a linear head."""
+
+  action_head_weight: float = 1.0
+  head_hidden_dim: int = 0
+
+  FIELDS = ("action_head_weight", "head_hidden_dim")
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> "CALM":
+    fields = {k: v for k, v in config.algorithm.items() if k != "name"}
+    unknown = sorted(set(fields) - set(cls.FIELDS))
+    if unknown:
+      raise ValueError(f"config.algorithm: unknown fields {unknown}; known: {list(cls.FIELDS)}")
+    return cls(**fields)
+
+  def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> CALMModel:
+    cfg = bc.model_config(config)
+    if not cfg.prefix_field_vocab_sizes:
+      raise ValueError("CALM reads the table as a structured prefix: the task must have "
+                       "context='prefix' (config.task.context)")
+    return CALMModel(cfg, rngs=rngs, head_hidden_dim=self.head_hidden_dim)
+
+  def loss(self, model: CALMModel, batch: Batch, rng: jax.Array) -> tuple[jax.Array, Metrics]:
+    del rng  # Deterministic.
+    missing = [k for k in (bc.PREFIX_FIELDS, REWARD, ACTION_POSITION, EXPECTED_LO, EXPECTED_HI)
+               if k not in batch]
+    if missing:
+      raise ValueError(f"CALM batch lacks {missing}: train on the datasets calm/data.py prepares "
+                       f"(config.task.root = its out_root)")
+    tokens_BxT = batch["input_ids"]
+    mask_BxT = batch["attention_mask"].astype(bool)
+    chex.assert_rank(tokens_BxT, 2)
+    prefix_BxPxD = model.embed_prefix(batch[bc.PREFIX_FIELDS], batch[REWARD])
+    hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
+                            prefix_BxPxD=prefix_BxPxD)
+    ce_BxT, correct_BxT = token_cross_entropy(model.logits, hidden_BxTxD[:, :-1],
+                                              tokens_BxT[:, 1:])
+    speaker_BxT = batch["speaker_ids"][:, 1:]
+    dialogue_BxT = mask_BxT[:, 1:] & (speaker_BxT != mdp.CONTEXT_SPEAKER)
+    lm_loss, metrics = bc.weighted_metrics(ce_BxT, correct_BxT, dialogue_BxT)
+    agent_BxT = dialogue_BxT & batch["action_mask"][:, 1:].astype(bool)
+    metrics["agent_loss"], _ = bc.weighted_metrics(ce_BxT, correct_BxT, agent_BxT)
+    # The dynamics half: the customer's turns and the speaker tokens the environment forces.
+    metrics["dynamics_loss"], _ = bc.weighted_metrics(ce_BxT, correct_BxT,
+                                                      dialogue_BxT & ~agent_BxT)
+    metrics["lm_loss"] = lm_loss
+    hidden_BxD, valid_B = decision_hidden(hidden_BxTxD, batch[ACTION_POSITION])
+    head_loss, head_metrics = action_head_metrics(
+        model.action_logits(hidden_BxD), expected_set(batch[EXPECTED_LO], batch[EXPECTED_HI]),
+        valid_B)
+    loss = lm_loss + self.action_head_weight * head_loss
+    return loss, {**metrics, **head_metrics, "loss": loss}

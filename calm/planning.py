@@ -1,0 +1,368 @@
+"""CALM planning as a party: N candidate replies, M imagined continuations each, the best one said.
+
+At each agent turn the planner
+
+  1. samples N candidate utterances from the CALM model (conditioned on reward 1),
+  2. for each candidate rolls out M imagined continuations of up to H utterances
+     (`horizon`), the one model playing both sides: the customer (the
+     dynamics model) and the agent (the policy), until the agent writes its
+     action block or the horizon ends,
+  3. scores each continuation by its predicted reward and a candidate by the
+     mean over its M continuations,
+  4. says the best candidate (ties: the first sampled).
+
+N = 1 is 'CALM without planning': the one candidate is said, nothing is imagined.
+
+Batching. The party is ONE simulators.LMParty of B * R rows (R = N * M
+replicas of each dialogue, as cotraining/verbalized_sampling.py does with
+its k candidates): each turn's candidates are one batched generate, replica
+(n, m) then takes candidate n's cache (`take_rows`), and every imagined
+utterance of all B * N * M continuations is one more batched generate on a
+copy of that cache. The scores of all continuations are one jitted call,
+which reads each dialogue's history once (its N * M continuations share it)
+and every continuation's own tokens on top of it. Shapes stay fixed between
+turns (rows, the two-token blocks, sampler buckets, scoring lengths rounded
+up to SCORE_BUCKET), so nothing recompiles per turn. Roles are enforced
+while imagining exactly as in a real dialogue: each side is forbidden the
+other speaker's tokens and every special token but <|eot|>, the customer
+also the action markers (simulators.forbidden_token_ids).
+
+Score: `reward_token` (default) or `head`.
+
+  reward_token  log p(continuation | reward 1) - log p(continuation | reward 0)
+                over the candidate and its imagined tokens, both sides'. By
+                Bayes this is how much the continuation moves the log-odds of
+                success (the history's share is the same for every candidate
+                of a dialogue): the model's own predicted reward. It exists for
+                every continuation, finished or not, which is what a horizon
+                shorter than the dialogue needs (most early turns cannot reach
+                the action block in H utterances).
+  head          the auxiliary head's probability that the action the
+                continuation submits is the expected one, read at its
+                `[action]` marker (calm/model.py); a continuation that submits
+                nothing within the horizon scores 0. Sharper when rollouts
+                finish (late in a dialogue), blind before.
+
+The default is the one defined at every turn. Both are computed by the same
+call (`rollout_scores`), so `score=head` costs nothing more.
+
+Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T:]PATH`, PATH a
+CALM workdir; options it omits come from the workdir's config.planning.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import re
+from typing import Any, Mapping, Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from calm import actions, model as calm_model
+from cotraining.verbalized_sampling import take_rows
+from data_pipelines.airdialogue import action_grammar
+from data_pipelines.dialogue import Turn
+from ilql_dialogue import bc, simulators
+from ilql_dialogue.generation import logits_processors as lp
+from ilql_dialogue.generation import sampler
+from ilql_dialogue.models.kv_cache import KVCache, init_cache
+from ilql_dialogue.models.lm_loss import token_cross_entropy
+
+SCORES = ("reward_token", "head")
+DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0)
+CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature")
+_CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
+_SPEC_RE = re.compile(r"^calm:(?:(?P<options>\w+=[^,:]*(?:,\w+=[^,:]*)*):)?(?P<inner>.+)$")
+# LMParty's per-row records besides its cache and keys (simulators.LMParty.reset).
+_ROW_FIELDS = ("generated_ids", "token_ids", "sampled", "logprobs",
+               "_seen", "_last", "_open", "_ended")
+SCORE_BUCKET = 64
+FORBID_WIDTH = 16  # Forbidden-id tables padded to whole 16s: both roles share one decode loop.
+
+
+def _seed(seed: int, stream: int, j: int) -> int:
+  ss = np.random.SeedSequence(int(seed), spawn_key=(stream, j))
+  return int(ss.generate_state(1, np.uint64)[0])
+
+
+def _forbid(ids: Sequence[int], width: int) -> lp.ForbidTokens:
+  return lp.ForbidTokens.of(list(ids) + [-1] * (width - len(ids)))
+
+
+@jax.jit
+def _copy(state: sampler.DecodeState) -> sampler.DecodeState:
+  """A copy the imagination may donate and overwrite; the real dialogue's cache stays."""
+  return jax.tree.map(jnp.copy, state)
+
+
+def _repeat_rows(cache: KVCache, replicas: int) -> KVCache:
+  """Each row of the cache `replicas` times in a row (every array's batch axis is its first)."""
+  repeat = lambda a: jnp.repeat(a, replicas, axis=0)
+  return cache.replace(k_BxKxSxH=tuple(map(repeat, cache.k_BxKxSxH)),
+                       v_BxKxSxH=tuple(map(repeat, cache.v_BxKxSxH)),
+                       valid_BxS=repeat(cache.valid_BxS))
+
+
+@functools.partial(jax.jit, static_argnames=("replicas",))
+def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
+                   fields_BxPxF: jax.Array, history_BxT: jax.Array, history_mask_BxT: jax.Array,
+                   suffix_RxS: jax.Array, suffix_mask_RxS: jax.Array,
+                   action_position_R: jax.Array, action_class_R: jax.Array, *, replicas: int
+                   ) -> tuple[jax.Array, jax.Array]:
+  """(log_odds_R, head_R) of R = B * replicas rollouts (module docstring).
+
+  Row b's history (right-padded, at least one real token) is shared by its
+  `replicas` rollouts r = b * replicas + j, whose own tokens are suffix_RxS
+  (the candidate, then its imagined continuation). The history is read once
+  per row and reward into `caches` (two empty caches of B rows, passed in: made
+  inside jit they would be constants XLA spends seconds folding), then
+  every rollout's suffix is read on a copy of its row's cache: the shared
+  history costs B rows, not R. log_odds_R sums log p(token | reward 1) -
+  log p(token | reward 0) over the suffix; head_R is the head's probability of
+  action_class_R at the suffix position action_position_R (0 where either is -1).
+  """
+  batch = history_BxT.shape[0]
+  history_length_B = jnp.sum(history_mask_BxT, axis=1, dtype=jnp.int32)
+  chex.assert_shape(suffix_RxS, (batch * replicas, None))
+
+  def read(reward: int, cache: KVCache) -> tuple[jax.Array, jax.Array]:
+    prefix_BxPxD = model.embed_prefix(fields_BxPxF, jnp.full((batch,), reward, jnp.int32))
+    hidden_BxTxD, cache = model(history_BxT, bc.positions_from_mask(history_mask_BxT),
+                                history_mask_BxT, cache=cache, prefix_BxPxD=prefix_BxPxD)
+    last_BxD = jnp.take_along_axis(hidden_BxTxD, (history_length_B - 1)[:, None, None],
+                                   axis=1)[:, 0]
+    start_R = jnp.repeat(history_length_B, replicas)
+    hidden_RxSxD, _ = model(suffix_RxS, sampler.positions_from_mask(suffix_mask_RxS, start_R),
+                            suffix_mask_RxS, cache=_repeat_rows(cache, replicas))
+    # Suffix token j is predicted from the hidden state before it: the history's last for j = 0.
+    inputs_RxSxD = jnp.concatenate(
+        [jnp.repeat(last_BxD, replicas, axis=0)[:, None].astype(hidden_RxSxD.dtype),
+         hidden_RxSxD[:, :-1]], axis=1)
+    ce_RxS, _ = token_cross_entropy(model.logits, inputs_RxSxD, suffix_RxS)
+    return -ce_RxS, hidden_RxSxD
+
+  logp1_RxS, hidden_RxSxD = read(1, caches[0])
+  logp0_RxS, _ = read(0, caches[1])
+  log_odds_R = jnp.sum(jnp.where(suffix_mask_RxS, logp1_RxS - logp0_RxS, 0.0), axis=1)
+  hidden_RxD, has_block_R = calm_model.decision_hidden(hidden_RxSxD, action_position_R)
+  probs_RxA = jax.nn.softmax(model.action_logits(hidden_RxD), axis=-1)
+  chosen_R = jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0]
+  head_R = jnp.where(has_block_R & (action_class_R >= 0), chosen_R, 0.0)
+  return log_odds_R, head_R
+
+
+def scoring_length(longest: int, max_len: int) -> int:
+  """Histories and suffixes are scored padded to a multiple of SCORE_BUCKET: a bounded
+  number of compiles (max_len / SCORE_BUCKET per axis), at most SCORE_BUCKET - 1 wasted
+  positions per row (scoring is most of a planned turn's cost)."""
+  return min(max_len, -(-longest // SCORE_BUCKET) * SCORE_BUCKET)
+
+
+def padded(rows: Sequence[Sequence[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+  tokens_BxT = np.full((len(rows), width), pad_id, np.int32)
+  mask_BxT = np.zeros((len(rows), width), bool)
+  for b, row in enumerate(rows):
+    tokens_BxT[b, :len(row)], mask_BxT[b, :len(row)] = row, True
+  return tokens_BxT, mask_BxT
+
+
+class CALMPlanner:
+  """The agent planning with its own CALM model (module docstring).
+
+  `candidates[b]`, `scores[b]` (one per candidate) and `picked[b]` record row
+  b's last turn, None where the row gave no reply or did not plan. With n > 1
+  the party samples at `temp` (a greedy party would draw N equal candidates).
+  """
+
+  def __init__(self, party: simulators.LMParty, n: int = 1, m: int = 1, h: int = 6,
+               score: str = "reward_token", temp: float = 1.0):
+    if not isinstance(party, simulators.LMParty) or party.role != simulators.AGENT:
+      raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
+    if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
+      raise ValueError(f"CALM planning needs a CALM model (calm/model.py) reading the table "
+                       f"prefix, got {type(party.decoder).__name__}")
+    if n < 1 or m < 1 or h < 1:
+      raise ValueError(f"CALM planning: n={n}, m={m}, h={h} must be >= 1")
+    if score not in SCORES:
+      raise ValueError(f"CALM planning score {score!r}: expected one of {SCORES}")
+    self.party, self.n, self.m, self.h, self.score = party, n, m, h, score
+    self.role = party.role
+    self.replicas = n * m if n > 1 else 1
+    tok = party.tokenizer
+    if n > 1:
+      party.sampling["temperature"] = temp
+    self.sampling = dict(party.sampling)
+    forbidden = {role: simulators.forbidden_token_ids(tok, role) for role in tok.roles}
+    width = -(-max(map(len, forbidden.values())) // FORBID_WIDTH) * FORBID_WIDTH
+    self._forbid = {role: _forbid(ids, width) for role, ids in forbidden.items()}
+    self._open_marker = tok.marker_ids[action_grammar.OPEN_TAG]
+    self._batch = 0
+
+  def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
+    if len(contexts) != len(seeds):
+      raise ValueError(f"CALMPlanner.reset: {len(contexts)} contexts and {len(seeds)} seeds")
+    r = self.replicas
+    self.party.reset([c for c in contexts for _ in range(r)],
+                     [_seed(s, _CANDIDATE_STREAM, j) for s in seeds for j in range(r)])
+    self._keys = jax.vmap(jax.random.key)(jnp.asarray(
+        [_seed(s, _IMAGINE_STREAM, j) % 2**32 for s in seeds for j in range(r)], jnp.uint32))
+    self._batch, self._turn = len(seeds), 0
+    self.candidates: list[list[str] | None] = [None] * len(seeds)
+    self.scores: list[list[float] | None] = [None] * len(seeds)
+    self.picked: list[int | None] = [None] * len(seeds)
+
+  def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    batch, r = self._batch, self.replicas
+    if len(histories) != batch:
+      raise ValueError(f"CALMPlanner.respond: {len(histories)} histories for {batch} rows (reset)")
+    replies_R = self.party.respond([h for h in histories for _ in range(r)])
+    self._turn += 1
+    self.candidates, self.scores, self.picked = [None] * batch, [None] * batch, [None] * batch
+    if self.n == 1:
+      return replies_R
+    m = self.m
+    leaders_R = np.arange(batch * r) // m * m  # Replica (n, m) continues candidate n's reply.
+    self._sync(leaders_R)
+    live_B = np.asarray([replies_R[b * r] is not None for b in range(batch)])
+    replies: list[str | None] = [None] * batch
+    if not live_B.any():
+      return replies
+    scores_R = self._imagine(np.repeat(live_B, r))
+    picks = np.arange(batch * r)
+    for b in np.flatnonzero(live_B):
+      by_candidate_N = scores_R[b * r:(b + 1) * r].reshape(self.n, m).mean(axis=1)
+      j = int(np.argmax(by_candidate_N))
+      picks[b * r:(b + 1) * r] = b * r + j * m
+      self.candidates[b] = [replies_R[b * r + i * m] for i in range(self.n)]
+      self.scores[b], self.picked[b] = by_candidate_N.tolist(), j
+      replies[b] = replies_R[b * r + j * m]
+    self._sync(picks)
+    return replies
+
+  def _sync(self, src_R: np.ndarray) -> None:
+    """Replica i takes over replica src_R[i]: cache, positions and records."""
+    party = self.party
+    if (src_R == np.arange(len(src_R))).all():
+      return
+    party._state = take_rows(party._state, jnp.asarray(src_R, jnp.int32))
+    for name in _ROW_FIELDS:
+      rows = getattr(party, name)
+      setattr(party, name, [copy.deepcopy(rows[s]) for s in src_R])
+
+  def _imagine(self, live_R: np.ndarray) -> np.ndarray:
+    """Every replica's continuation of its candidate, played to the end or the horizon by the
+    model on both sides; returns each one's score."""
+    party, tok = self.party, self.party.tokenizer
+    model, max_new = party.decoder, party.max_new_tokens
+    rows = len(live_R)
+    state = _copy(party._state)
+    imagined = [[] for _ in range(rows)]
+    is_open = np.asarray(party._open, bool)
+    done_R = ~live_R | np.asarray(
+        [self._open_marker in ids[-1] if ids else False for ids in party.generated_ids])
+    speakers = (simulators.CUSTOMER, simulators.AGENT)
+    for step in range(self.h):
+      speaker = speakers[step % 2]
+      lengths_R = np.asarray(state.lengths_B)
+      done_R |= lengths_R + 2 + max_new > party.row_limit
+      active_R = ~done_R
+      if not active_R.any():
+        break
+      block_Rx2 = np.stack([np.where(is_open, tok.eot_id, tok.pad_id),
+                            np.full(rows, tok.speaker_token_ids[speaker])], axis=1)
+      mask_Rx2 = np.stack([is_open & active_R, active_R], axis=1)
+      if int(state.cache.index) + 2 + max_new > state.cache.max_len:
+        state = simulators.compact(state)
+      state = sampler.append(model, state, block_Rx2.astype(np.int32), mask_Rx2)
+      params = sampler.SamplingParams.make(
+          rows, max_new_tokens=np.where(active_R, max_new, 0), stop_tokens=[tok.eot_id],
+          **self.sampling)
+      key = sampler.fold_in(sampler.fold_in(self._keys, self._turn), step)
+      state, tokens_RxN, _, num_R = sampler.generate(
+          model, state, params, key, max_new_tokens=max_new, pad_id=tok.pad_id,
+          hook=self._forbid[speaker])
+      tokens_RxN, num_R = jax.device_get((tokens_RxN, num_R))
+      for i in np.flatnonzero(active_R):
+        ids = tokens_RxN[i, :num_R[i]].tolist()
+        imagined[i] += block_Rx2[i][mask_Rx2[i]].tolist() + ids
+        is_open[i] = not (ids and ids[-1] == tok.eot_id)
+        if speaker == simulators.AGENT and self._open_marker in ids:
+          done_R[i] = True  # The agent acted: the imagined dialogue is over.
+    log_odds_R, head_R = self._score(imagined)
+    return np.where(live_R, head_R if self.score == "head" else log_odds_R, -np.inf)
+
+  def _score(self, imagined: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """(log_odds_R, head_R) of every replica: its candidate and imagined tokens after the
+    history its row's replicas share."""
+    party, tok, r = self.party, self.party.tokenizer, self.replicas
+    cfg = party.decoder.cfg
+    candidates = [ids[-1] if ids else [] for ids in party.generated_ids]
+    leaders = range(0, len(imagined), r)
+    histories = [party.token_ids[i][:len(party.token_ids[i]) - len(candidates[i])]
+                 for i in leaders]
+    suffixes = [candidates[i] + imagined[i] for i in range(len(imagined))]
+    history_BxT, history_mask_BxT = padded(
+        histories, scoring_length(max(map(len, histories)), cfg.max_seq_len), tok.pad_id)
+    suffix_RxS, suffix_mask_RxS = padded(
+        suffixes, scoring_length(max(map(len, suffixes)), cfg.max_seq_len), tok.pad_id)
+    position_R, class_R = np.asarray([self._submitted(x) for x in suffixes], np.int32).T
+    slots = cfg.prefix_num_rows + history_BxT.shape[1] + suffix_RxS.shape[1]
+    caches = tuple(init_cache(cfg, len(histories), slots) for _ in range(2))
+    log_odds_R, head_R = rollout_scores(
+        party.decoder, caches, jnp.asarray(party.prefix_fields_BxPxF[::r]), history_BxT,
+        history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, replicas=r)
+    return np.asarray(log_odds_R, np.float64), np.asarray(head_R, np.float64)
+
+  def _submitted(self, seq: list[int]) -> tuple[int, int]:
+    """(position of the first `[action]` marker in `seq`, the class of the action it opens);
+    -1 for what is missing or does not parse."""
+    tok = self.party.tokenizer
+    hits = [i for i, t in enumerate(seq) if t == self._open_marker]
+    if not hits:
+      return -1, -1
+    end = next((i for i in range(hits[0], len(seq)) if seq[i] == tok.eot_id), len(seq))
+    try:
+      action = action_grammar.parse_action(tok.decode(seq[hits[0]:end]))
+      return hits[0], actions.action_class(action)
+    except (action_grammar.ActionParseError, ValueError):
+      return hits[0], -1
+
+
+def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
+  """'calm:n=4,m=2,h=6:PATH' -> ({'n': 4, 'm': 2, 'h': 6}, 'PATH')."""
+  match = _SPEC_RE.match(spec)
+  if match is None:
+    raise ValueError(f"party spec {spec!r}: expected calm:[n=N,m=M,h=H,score=S,temp=T:]PATH")
+  types = {"n": int, "m": int, "h": int, "score": str, "temp": float}
+  options = {}
+  for item in filter(None, (match["options"] or "").split(",")):
+    name, _, value = item.partition("=")
+    if name not in types:
+      raise ValueError(f"party spec {spec!r}: unknown CALM option {name!r}; known: "
+                       f"{sorted(types)}")
+    try:
+      options[name] = types[name](value)
+    except ValueError:
+      raise ValueError(f"party spec {spec!r}: CALM option {name}={value!r} is not "
+                       f"a {types[name].__name__}") from None
+  return options, match["inner"]
+
+
+def from_spec(spec: str, role: str, **lm_options: Any) -> CALMPlanner:
+  """The CALMPlanner a `calm:` spec names; options it omits come from the workdir's
+  config.planning, then DEFAULTS; `lm_options` go to the inner LMParty."""
+  options, inner = parse_spec(spec)
+  party = simulators.make_party(inner, role, **lm_options)
+  if not isinstance(party, simulators.LMParty):
+    raise ValueError(f"party spec {spec!r}: CALM planning needs a checkpoint workdir, {inner!r} "
+                     f"is a {type(party).__name__}")
+  from ilql_dialogue import policy_io  # The workdir's config, read only for a checkpoint.
+
+  planning = policy_io.read_config(inner).get("planning") or {}
+  merged = {k: options.get(k, planning.get(CONFIG_KEYS[k], default))
+            for k, default in DEFAULTS.items()}
+  return CALMPlanner(party, **merged)

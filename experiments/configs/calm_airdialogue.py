@@ -1,0 +1,61 @@
+"""CALM on AirDialogue (calm/): one table-conditioned LM for both roles, a reward token, the
+auxiliary action head; the paper's size (GPT-2 small, lr 1e-4).
+
+    make run  # AirDialogue corpora and tokenizer in runs/quickstart
+    python -m calm.data --config=experiments/configs/calm_airdialogue.py \
+        [--config.calm_data.relabel=False]
+    python -m experiments.train --config=experiments/configs/calm_airdialogue.py \
+        --workdir=runs/calm_airdialogue [--config.calm_data.relabel=False] \
+        [--config.algorithm.action_head_weight=0] [--config.model.init_from=LM_WORKDIR]
+    python -m experiments.evaluate --agent=calm:n=4,m=2,h=6:runs/calm_airdialogue ...
+
+Data (calm/data.py): the pipeline's official-format training corpus, passed
+through calm.relabel when `calm_data.relabel` (False = 'CALM without
+relabeling'), prepared by `python -m calm.data` (same config, same
+overrides) into `task.root`, which follows `calm_data` (leave it to the
+reference). Task pretraining on synthetic scenes
+(flattened intent + table -> expected action, streamed from the generator)
+comes from `model.init_from`: the dialogue LM (tasks/airdialogue_lm.py) trains
+on those scene rows; start from an LM run with and without "scene" in its
+`task.mixture` to measure it. `algorithm.action_head_weight=0` is 'CALM
+without the auxiliary head'; planning is a party option (`planning` below,
+or the `calm:` spec), N=1 being 'CALM without planning'.
+"""
+
+import ml_collections
+
+from experiments.configs import bc_airdialogue
+
+
+def calm_sections(c: ml_collections.ConfigDict) -> None:
+  """Turns a BC agent config into CALM's: algorithm, data and planning sections."""
+  c.algorithm = ml_collections.ConfigDict(dict(
+      name="calm",
+      action_head_weight=1.0,  # 0 = the ablation without the auxiliary head.
+      head_hidden_dim=0,  # 0 = a linear head over the 63 final actions.
+  ))
+  c.calm_data = ml_collections.ConfigDict(dict(
+      source_root="runs/quickstart",  # The pipeline's workdir: official corpora, tokenizer.
+      relabel=True,  # Relabel the training split (calm.relabel); False = the ablation.
+      seed=0,  # Relabeling seed.
+  ))
+  # Follows calm_data; calm/data.py:prepared_root computes the same path.
+  c.task.root = (c.calm_data.get_ref("source_root") + "/calm/relabel="
+                 + c.calm_data.get_ref("relabel").to_str() + ",seed="
+                 + c.calm_data.get_ref("seed").to_str())
+  # Defaults of the planning party (calm/planning.py) for this run's workdir; a `calm:` spec
+  # overrides them. n=1 plays without planning.
+  c.planning = ml_collections.ConfigDict(dict(
+      n=4,  # Candidate utterances per agent turn.
+      m=2,  # Imagined continuations per candidate.
+      horizon=6,  # Imagined utterances per continuation (both sides).
+      score="reward_token",  # "reward_token" | "head" (calm/planning.py says why).
+      temperature=1.0,  # Sampling of candidates and imagined turns.
+  ))
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = bc_airdialogue.get_config()
+  calm_sections(c)
+  c.optim.learning_rate = 1e-4
+  return c

@@ -1,0 +1,115 @@
+"""The CALM configs: each loads and passes the launcher's field checks, `task.root` follows
+`calm_data` (so `--config.calm_data.relabel=False` is 'CALM without relabeling'), `python -m
+calm.data` prepares what a config reads, and the quick config trains a few steps in-process
+from the dialogue LM (task pretraining on scenes), logs the head's held-out accuracy, and the
+run plays as a `calm:` party."""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+
+import datasets
+import pytest
+
+from calm import data, model as calm_model, planning
+from experiments import cli, pipeline_lib, train_lib
+from experiments.configs import quickstart
+from ilql_dialogue import rollout, simulators
+
+CONFIGS = ("calm_airdialogue", "calm_airdialogue_quick", "calm_airdialogue_accel")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load(name):
+  return importlib.import_module(f"experiments.configs.{name}").get_config()
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_configs_load_and_their_data_root_follows_calm_data(name):
+  config = load(name)
+  cli.check_train_fields(config, name)
+  assert config.algorithm.name == "calm" and config.task.context == "prefix"
+  assert config.task.root == data.prepared_root("runs/quickstart", True, 0)
+  config.calm_data.update(source_root="/data/run", relabel=False, seed=3)
+  assert config.task.root == data.prepared_root("/data/run", False, 3)
+  assert set(config.planning) == set(planning.CONFIG_KEYS.values())
+
+
+def tiny(config, root):
+  """A quick config on the tiny corpora, small enough for a 3-step run."""
+  config.calm_data.source_root = root
+  config.model.update(num_layers=1, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16,
+                      mlp_dim=64)
+  config.data.update(bucket_boundaries=(config.task.max_length,), eval_batches=1)
+  config.train.update(steps=3, batch_size=4, log_every=1, eval_every=0, checkpoint_every=3,
+                      progress_bar=False)
+  config.online_eval.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
+  return config
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+  """A pipeline workdir with tiny AirDialogue corpora and tokenizer."""
+  root = str(tmp_path_factory.mktemp("root"))
+  config = quickstart.get_config()
+  config.airdialogue.update(train_dialogues=12, eval_dialogues=4)
+  config.tokenizer.vocab_size = 400
+  paths = pipeline_lib.generate_airdialogue(config, root)
+  pipeline_lib.train_tokenizer(config, paths["train"], os.path.join(root, "tokenizer"))
+  return root
+
+
+def test_cli_prepares_the_data_a_config_with_overrides_reads(root):
+  out = subprocess.run(
+      [sys.executable, "-m", "calm.data", "--config=experiments/configs/calm_airdialogue_quick.py",
+       f"--config.calm_data.source_root={root}", "--config.calm_data.relabel=False"],
+      cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  built = os.path.join(data.prepared_root(root, False, 0), "datasets",
+                       "airdialogue_agent_prefix_L384")
+  with open(os.path.join(built, "calm.json")) as f:
+    assert json.load(f)["relabel"] is False
+  train = datasets.load_from_disk(os.path.join(built, "train"))
+  for column in (calm_model.ACTION_POSITION, calm_model.EXPECTED_LO, calm_model.EXPECTED_HI):
+    assert column in train.column_names
+  assert not os.path.exists(os.path.join(data.prepared_root(root, False, 0), "airdialogue",
+                                         "train", "official"))  # Not relabeled.
+
+
+@pytest.fixture(scope="module")
+def calm_run(root, tmp_path_factory):
+  """A 3-step dialogue LM (its stream has scene rows), then 3 CALM steps started from it."""
+  lm = load("lm_airdialogue_quick")
+  lm.task.update(root=root, mixture="scene,agent")
+  lm.model.update(num_layers=1, d_model=32, num_heads=2, num_kv_heads=1, head_dim=16, mlp_dim=64)
+  lm.data.update(eval_batches=1)
+  lm.skill_probes.num_dialogues = 0
+  lm.train.update(steps=3, batch_size=4, log_every=1, eval_every=0, checkpoint_every=3,
+                  progress_bar=False)
+  lm_dir = str(tmp_path_factory.mktemp("lm"))
+  train_lib.run(lm, lm_dir)
+  config = tiny(load("calm_airdialogue_quick"), root)
+  config.model.init_from = lm_dir
+  data.prepare_for(config)
+  workdir = str(tmp_path_factory.mktemp("calm"))
+  train_lib.run(config, workdir)
+  return workdir
+
+
+def test_quick_config_trains_from_the_dialogue_lm_and_logs_the_head(calm_run):
+  with open(os.path.join(calm_run, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f]
+  evals = [r for r in records if r["split"] == "eval"]
+  assert evals and "action_head/accuracy" in evals[-1] and "return" in evals[-1]
+  assert "dynamics_loss" in records[0] and "agent_loss" in records[0]
+
+
+def test_a_calm_run_plays_as_a_planning_party(calm_run):
+  agent = simulators.make_party(f"calm:n=2,h=2:{calm_run}", simulators.AGENT, max_new_tokens=8)
+  assert (agent.n, agent.m, agent.h) == (2, 1, 2)  # m from the run's config.planning.
+  customer = simulators.make_party("scripted:volunteer", simulators.CUSTOMER)
+  results = list(rollout.run_dialogues(agent, customer, rollout.make_scenarios(1000, 2, 30),
+                                       batch_size=2, max_turns=4, seed=1000))
+  assert len(results) == 2 and agent.picked[0] in (0, 1)

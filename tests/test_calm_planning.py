@@ -1,0 +1,115 @@
+"""CALM planning: the reward-token score ranks a successful continuation above a failed one, the
+planner says the candidate its continuations score best, plays whole dialogues with N x M
+rollouts in batched calls without recompiling per turn, and its spec parses."""
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import test_calm_model as toy
+from calm import model as calm_model, planning
+from data_pipelines.tokenization import load_tokenizer
+from experiments import pipeline_lib
+from experiments.configs import quickstart
+from ilql_dialogue import rollout, simulators
+from ilql_dialogue.generation import sampler
+from ilql_dialogue.models.kv_cache import init_cache
+from ilql_dialogue.tasks import airdialogue
+
+
+def test_reward_token_score_ranks_the_successful_continuation_first():
+  model = toy.train_reward_model()
+  batch = toy.reward_batch(np.random.default_rng(2), rows=1)
+  history_BxT = batch["input_ids"][:, :5]  # ... AGENT; then two continuations of it.
+  suffix_RxS = np.asarray([[toy.GOOD, toy.EOT], [toy.BAD, toy.EOT]], np.int32)
+  slots = model.cfg.prefix_num_rows + history_BxT.shape[1] + suffix_RxS.shape[1]
+  caches = tuple(init_cache(model.cfg, 1, slots) for _ in range(2))
+  log_odds_R, head_R = planning.rollout_scores(
+      model, caches, jnp.asarray(batch["prefix_fields"]), history_BxT,
+      np.ones_like(history_BxT, bool), suffix_RxS, np.ones_like(suffix_RxS, bool),
+      np.full(2, -1, np.int32), np.full(2, -1, np.int32), replicas=2)
+  assert log_odds_R[0] > 1.0 > -1.0 > log_odds_R[1], log_odds_R
+  np.testing.assert_array_equal(head_R, 0.0)  # No action block: the head scores nothing.
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+  root = str(tmp_path_factory.mktemp("root"))
+  config = quickstart.get_config()
+  config.airdialogue.update(train_dialogues=8, eval_dialogues=2)
+  config.tokenizer.vocab_size = 400
+  paths = pipeline_lib.generate_airdialogue(config, root)
+  pipeline_lib.train_tokenizer(config, paths["train"], os.path.join(root, "tokenizer"))
+  return load_tokenizer(os.path.join(root, "tokenizer"))
+
+
+def untrained_party(tokenizer, max_new_tokens=6):
+  c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
+  c.model.max_seq_len = 256
+  model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
+  return simulators.LMParty(model, tokenizer, simulators.AGENT, include_context=False,
+                            prefix_fields=airdialogue.table_fields, max_new_tokens=max_new_tokens,
+                            max_positions=256, temperature=1.0)
+
+
+def _play(agent, num_dialogues=2, max_turns=6):
+  scenarios = rollout.make_scenarios(1000, num_dialogues, 30)
+  customer = simulators.make_party("scripted:volunteer", simulators.CUSTOMER)
+  return list(rollout.run_dialogues(agent, customer, scenarios, batch_size=num_dialogues,
+                                    max_turns=max_turns, seed=1000))
+
+
+def test_planner_says_the_candidate_with_the_best_mean_score(tokenizer, monkeypatch):
+  planner = planning.CALMPlanner(untrained_party(tokenizer), n=3, m=2, h=2)
+  preferred = 1
+  seen = []
+
+  def score(self, imagined):  # Candidate n's continuations score n == preferred, others less.
+    candidate_R = np.arange(len(imagined)) % self.replicas // self.m
+    seen.append([len(x) > 0 for x in imagined])
+    value_R = np.where(candidate_R == preferred, 1.0, -1.0) + 0.1 * (np.arange(len(imagined)) % 2)
+    return value_R, np.zeros(len(imagined))
+
+  monkeypatch.setattr(planning.CALMPlanner, "_score", score)
+  results = _play(planner, max_turns=2)
+  assert planner.picked == [preferred, preferred]
+  for b, result in enumerate(results):
+    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
+    assert agent_turns[-1] == planner.candidates[b][preferred]
+    r = planner.replicas
+    ids = planner.party.token_ids[b * r:(b + 1) * r]
+    assert all(x == ids[0] for x in ids)  # Every replica continues the dialogue that was played.
+  assert any(any(row) for row in seen)  # The continuations were imagined.
+
+
+def test_planning_plays_dialogues_without_recompiling_per_turn(tokenizer):
+  planner = planning.CALMPlanner(untrained_party(tokenizer), n=2, m=2, h=3)
+  _play(planner, max_turns=6)  # Compiles every shape these dialogues' turns use.
+  sizes = (sampler._generate._cache_size(), planning.rollout_scores._cache_size(),
+           sampler._append._cache_size())
+  results = _play(planner, max_turns=6)  # The same dialogues again: new calls, no new shapes.
+  assert (sampler._generate._cache_size(), planning.rollout_scores._cache_size(),
+          sampler._append._cache_size()) == sizes
+  assert len(results) == 2
+  for scores in planner.scores:
+    assert scores is None or (len(scores) == 2 and all(np.isfinite(scores)))
+
+
+def test_one_candidate_is_plain_sampling(tokenizer):
+  planner = planning.CALMPlanner(untrained_party(tokenizer), n=1, m=4, h=3)
+  assert planner.replicas == 1
+  results = _play(planner, max_turns=2)
+  assert planner.picked == [None, None] and len(results) == 2
+
+
+def test_spec_options_and_errors():
+  assert planning.parse_spec("calm:n=4,m=2,h=6,score=head:/runs/calm") == (
+      {"n": 4, "m": 2, "h": 6, "score": "head"}, "/runs/calm")
+  assert planning.parse_spec("calm:/runs/calm") == ({}, "/runs/calm")
+  with pytest.raises(ValueError, match="unknown CALM option 'k'"):
+    planning.parse_spec("calm:k=4:/runs/calm")
+  with pytest.raises(ValueError, match="is not a int"):
+    planning.parse_spec("calm:n=x:/runs/calm")
