@@ -119,8 +119,10 @@ def load(source: Source) -> tuple[ModelConfig, dict[str, np.ndarray]]:
 
     config = policy_io.read_config(source.path)
     model, step = policy_io.restore_model(source.path, config, source.step)
-    # The source LM is the policy: ILQL's policy trunk, GRPO's policy (cotraining/policy.py).
+    # The source LM is the policy: ILQL's policy trunk, GRPO's policy (cotraining/policy.py),
+    # CALM's table-conditioned LM without its reward embedding and head (calm/model.py).
     lm = model.policy if isinstance(model, ILQLModel) or hasattr(model, "reference") else model
+    lm = getattr(lm, "lm", lm)
     logging.info("init_from: %s step %d (%s)", source.path, step, type(lm).__name__)
     return lm.cfg, _lm_weights(lm)
   if source.kind == "hf":

@@ -113,3 +113,16 @@ def test_a_calm_run_plays_as_a_planning_party(calm_run):
   results = list(rollout.run_dialogues(agent, customer, rollout.make_scenarios(1000, 2, 30),
                                        batch_size=2, max_turns=4, seed=1000))
   assert len(results) == 2 and agent.picked[0] in (0, 1)
+
+
+def test_a_calm_run_is_an_init_from_source_of_its_lm_only(calm_run):
+  """Starting from a CALM workdir loads its table-conditioned LM; the reward embedding and the
+  action head are CALM's own and stay behind."""
+  from ilql_dialogue import init_from, policy_io
+
+  model, _ = policy_io.restore_model(calm_run, policy_io.read_config(calm_run))
+  _, weights = init_from.load(init_from.parse(calm_run))
+  expected = init_from._lm_weights(model.lm)
+  assert weights.keys() == expected.keys() and all(k.startswith(("trunk.", "prefix."))
+                                                   for k in weights)
+  assert all((weights[k] == expected[k]).all() for k in weights)
