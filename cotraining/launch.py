@@ -9,6 +9,8 @@ role: a scripted style, a training workdir, or a user's class.
 config.rl fields, beyond those experience.RolloutSource reads:
   env: "airdialogue"; reward: "success" | "soft" (AirDialogueEnv);
   opponent: party spec; opponent_temperature: a learned opponent's sampling;
+  panel: optional simulator panel (cotraining/panels.py, experiments/configs/panel_*.py);
+    training against one of its held-out simulators is refused at start-up;
   temperature: the trained role's sampling temperature (> 0);
   max_new_tokens: tokens per turn of every learned party.
 """
@@ -20,7 +22,7 @@ from typing import Any, Callable
 
 import ml_collections
 
-from cotraining import experience
+from cotraining import experience, panels
 from ilql_dialogue import environment, rollout, simulators
 
 ROLLOUTS_DIR = "rollouts"  # Under the workdir: the latest rollout batches (rollout_store.py).
@@ -44,6 +46,7 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
   if task.role not in env.turn_order:
     raise ValueError(f"config.task.role={task.role!r} is not a role of {rl.env} "
                      f"{list(env.turn_order)}")
+  panels.refuse_held_out(rl)
   others = {role: simulators.make_party(rl.opponent, role, max_new_tokens=rl.max_new_tokens,
                                         temperature=rl.opponent_temperature)
             for role in env.turn_order if role != task.role}

@@ -1,0 +1,112 @@
+"""Simulator panels: the simulators a run may train against, and those kept for evaluation.
+
+A policy that is trained and evaluated against the same simulator measures
+how well it exploits that simulator, not how well it talks to users (BRIEF
+§5: simulator collapse). A panel config file (experiments/configs/panel_*.py)
+splits a task's simulators into `training` and `held_out`; the launcher
+refuses, at start-up, to train against any held-out simulator
+(`refuse_held_out`, from `config.rl.panel`).
+
+A member is a party spec (`simulators.make_party`), optionally with the
+temperature it is sampled at (decoding is one of the axes a panel varies), as
+a string or a mapping {spec, temperature}. Held-out specs may be shell
+patterns (`scripted:*`: every scripted customer style).
+
+Two specs are the same simulator when they have the same source
+(`source`): wrappers that change how a simulator is sampled (`vs:`) keep
+its source, a scripted style is one simulator whatever its phrasing family,
+a checkpoint is its resolved directory, and an LLM behind an endpoint is
+(base_url, model). So `vs:k=5:runs/panel/c3` is refused when `runs/panel/c3`
+is held out, and `scripted:terse/train` when `scripted:terse` is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import os
+from typing import Any, Iterable, Mapping
+
+from cotraining import verbalized_sampling, vs_llm
+from ilql_dialogue import simulators
+
+SCRIPTED_PREFIXES = (simulators.SCRIPTED_CUSTOMER_PREFIX, simulators.SCRIPTED_AGENT_PREFIX)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  spec: str
+  temperature: float | None = None  # None: the caller's default sampling temperature.
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+  """A task's simulators split into those to train against and those held out."""
+  training: tuple[Member, ...]
+  held_out: tuple[Member, ...]
+
+  def __post_init__(self):
+    for member in self.training:
+      pattern = self.held_out_pattern(member.spec)
+      if pattern is not None:
+        raise ValueError(f"simulator panel: training member {member.spec!r} is also held out "
+                         f"(as {pattern!r}); a panel's two halves must not share a simulator")
+
+  def held_out_pattern(self, spec: str) -> str | None:
+    """The held-out member that `spec` is the same simulator as, or None."""
+    spec_source = source(spec)
+    for member in self.held_out:
+      if fnmatch.fnmatchcase(spec_source, source(member.spec)):
+        return member.spec
+    return None
+
+
+def source(spec: str) -> str:
+  """The simulator behind a party spec, whatever wraps or rephrases it (module docstring)."""
+  if spec.startswith(simulators.VS_PREFIX):
+    return source(verbalized_sampling.parse_spec(spec)[1])
+  if spec.startswith(vs_llm.PREFIX):
+    options = vs_llm.parse_spec(spec)
+    return f"{vs_llm.PREFIX}{options['base_url'].rstrip('/')}/{options['model']}"
+  if spec.startswith(SCRIPTED_PREFIXES):
+    return spec.split("/", 1)[0]  # The style or skill; its phrasing family is not a new user.
+  if simulators.CLASS_SPEC_RE.match(spec) and not os.path.isdir(spec):
+    return spec
+  return os.path.realpath(spec)
+
+
+def _members(entries: Iterable[Any], half: str) -> tuple[Member, ...]:
+  members = []
+  for entry in entries:
+    if isinstance(entry, str):
+      members.append(Member(entry))
+    elif isinstance(entry, Mapping) and "spec" in entry and set(entry) <= {"spec", "temperature"}:
+      members.append(Member(entry["spec"], entry.get("temperature")))
+    else:
+      raise ValueError(f"simulator panel {half}: {entry!r} is not a party spec or a mapping "
+                       f"{{spec, temperature}}")
+  return tuple(members)
+
+
+def from_config(panel: Mapping[str, Any]) -> Panel:
+  """A Panel from a config section with `training` and `held_out` lists."""
+  missing = {"training", "held_out"} - set(panel)
+  if missing:
+    raise ValueError(f"simulator panel: missing {sorted(missing)}; has {sorted(panel)}")
+  return Panel(_members(panel["training"], "training"), _members(panel["held_out"], "held_out"))
+
+
+def refuse_held_out(rl: Mapping[str, Any]) -> None:
+  """Raises ValueError when config.rl trains against a simulator its panel holds out.
+
+  Without `rl.panel` nothing is checked, so configs written before panels
+  keep working.
+  """
+  if rl.get("panel") is None:
+    return
+  panel = from_config(rl["panel"])
+  pattern = panel.held_out_pattern(rl["opponent"])
+  if pattern is not None:
+    raise ValueError(f"config.rl.opponent={rl['opponent']!r} is held out by config.rl.panel "
+                     f"(as {pattern!r}): held-out simulators are for evaluation only; train "
+                     f"against one of {list(dict.fromkeys(m.spec for m in panel.training))}")

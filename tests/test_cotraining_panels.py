@@ -1,0 +1,66 @@
+"""Simulator panels: held-out simulators are refused for training, at start-up."""
+
+import types
+
+import ml_collections
+import pytest
+
+from cotraining import launch, panels
+from experiments.configs import panel_airdialogue, panel_persuasion
+
+
+def rl_config(opponent, panel):
+  return ml_collections.ConfigDict(dict(env="airdialogue", opponent=opponent, panel=panel,
+                                        max_new_tokens=8, opponent_temperature=1.0))
+
+
+@pytest.mark.parametrize("config", [panel_airdialogue, panel_persuasion])
+def test_panel_configs_split_their_simulators(config):
+  panel = panels.from_config(config.get_config())
+  assert panel.training and panel.held_out
+  for member in panel.training:
+    assert panel.held_out_pattern(member.spec) is None
+
+
+def test_every_scripted_airdialogue_style_is_held_out():
+  panel = panels.from_config(panel_airdialogue.get_config())
+  for spec in ("scripted:volunteer", "scripted:terse/held_out", "scripted:chatty/casual"):
+    assert panel.held_out_pattern(spec) == "scripted:*"
+  assert panel.held_out_pattern(f"{panel_airdialogue.ROOT}/customer_seed1") is None
+
+
+@pytest.mark.parametrize("opponent", [
+    "scripted:terse",
+    "scripted:terse/train",  # Another phrasing family of the same held-out style.
+    f"{panel_airdialogue.ROOT}/customer_seed2/",  # Another spelling of the same directory.
+    f"vs:k=3,pick=tail:{panel_airdialogue.ROOT}/customer_seed2",  # The same, sampled by VS.
+    f"vs:k=2:{panel_airdialogue.ROOT}/customer_seed3",
+    "vs_llm:model=smollm2-135m-instruct,k=2,base_url=http://127.0.0.1:8000/v1/",
+])
+def test_training_against_a_held_out_simulator_is_refused(opponent):
+  with pytest.raises(ValueError, match="held out by config.rl.panel"):
+    panels.refuse_held_out(rl_config(opponent, panel_airdialogue.get_config()))
+
+
+def test_training_simulators_and_configs_without_a_panel_pass():
+  panels.refuse_held_out(rl_config(f"{panel_airdialogue.ROOT}/customer_seed0",
+                                   panel_airdialogue.get_config()))
+  panels.refuse_held_out(rl_config("scripted:volunteer", None))
+  panels.refuse_held_out(ml_collections.ConfigDict(dict(opponent="scripted:volunteer")))
+
+
+def test_a_panel_with_a_simulator_on_both_sides_is_rejected():
+  with pytest.raises(ValueError, match="also held out"):
+    panels.from_config(dict(training=["vs:k=5:runs/c0"], held_out=["runs/c0", "scripted:*"]))
+  with pytest.raises(ValueError, match="not a party spec"):
+    panels.from_config(dict(training=[dict(path="runs/c0")], held_out=[]))
+  with pytest.raises(ValueError, match="missing"):
+    panels.from_config(dict(training=["runs/c0"]))
+
+
+def test_the_launcher_refuses_a_held_out_opponent_before_building_it(tmp_path):
+  config = ml_collections.ConfigDict(dict(rl=rl_config("scripted:terse",
+                                                       panel_airdialogue.get_config())))
+  task = types.SimpleNamespace(role="agent")
+  with pytest.raises(ValueError, match="held out by config.rl.panel"):
+    launch.rollout_source(config, algorithm=None, task=task, workdir=str(tmp_path))
