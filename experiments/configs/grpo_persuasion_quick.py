@@ -1,0 +1,53 @@
+"""GRPO of the Persuasion for Good persuader against a BC persuadee, sized for 2 CPU cores.
+
+    python -m experiments.train --config=experiments/configs/bc_persuasion_quick.py \
+        --workdir=runs/bc_persuasion_quick
+    python -m experiments.train --config=experiments/configs/bc_persuasion_persuadee_quick.py \
+        --workdir=runs/bc_persuasion_persuadee_quick
+    python -m experiments.train --config=experiments/configs/grpo_persuasion_quick.py \
+        --workdir=runs/grpo_persuasion_quick [--config.rl.opponent=DIR]
+
+The model, task and layout of bc_persuasion_quick.py, started from its BC
+persuader (`model.init_from`), which also becomes the frozen KL reference.
+Scenarios are the personas of the held-in dialogues (ilql_dialogue/
+persuasion_env.py, seeds 100000 + rollout index); the persuader opens, the
+persuadee workdir answers and ends by stating its donation
+(`[donate] X [/donate]`, which its BC task trains), and the reward is that
+donation / 2. Each rollout batch is 4 scenarios x 4 rollouts, one pass of 2
+minibatches, so a checkpoint every 20 steps is at a rollout boundary (exact
+resume). The GRPO settings are ../shared/BRIEF.md §5's (clip 0.2 / 0.28, k3 KL
+0.005, temperature 0.7, group rollouts). No online evaluation: the launcher's
+is AirDialogue's; the mean donation is the train reward x 2.
+"""
+
+import ml_collections
+
+from experiments.configs import bc_persuasion_quick
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = bc_persuasion_quick.get_config()
+  c.algorithm = ml_collections.ConfigDict(dict(name="grpo", eps_low=0.2, eps_high=0.28,
+                                               kl_coef=0.005))
+  c.model.init_from = "runs/bc_persuasion_quick"
+  c.rl = ml_collections.ConfigDict(dict(
+      env="persuasion",
+      split="train",  # The held-in dialogues' personas; "eval" = the held-out ones.
+      data_dir="",  # "" = <repo>/../shared/data/persuasionforgood.
+      no_donation_reward=0.0,  # No readable statement (counted): no commitment obtained.
+      opponent="runs/bc_persuasion_persuadee_quick",
+      opponent_temperature=1.0,  # The simulator samples as it was trained.
+      temperature=0.7,
+      max_new_tokens=48,
+      max_turns=24,  # 95% of the real dialogues have <= 23 utterances.
+      scenarios=4,
+      group_size=4,
+      epochs=1,
+      scenario_seed=100_000,
+      seq_len=1024,  # = model.max_seq_len: the longest dialogue a party can hold.
+  ))
+  c.train.update(steps=200, batch_size=8, log_every=2, eval_every=0, checkpoint_every=20,
+                 eval_at_start=False)
+  c.optim.update(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0)
+  c.selection.metric = ""
+  return c

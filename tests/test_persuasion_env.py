@@ -1,0 +1,209 @@
+"""PersuasionEnv: scenarios from real personas, the persuadee's stated donation as the reward,
+replay from seeds, the launcher's "persuasion" environment, and GRPO steps on a tiny persuader."""
+
+import math
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+
+from cotraining import launch
+from data_pipelines.dialogue import Dialogue, Turn, read_jsonl, write_jsonl
+from data_pipelines.persuasion import loader
+from experiments.configs import grpo_persuasion_quick
+from experiments import train_lib as launcher
+from ilql_dialogue import environment, metrics, persuasion_env
+from ilql_dialogue.persuasion_env import PERSUADEE, PERSUADER
+from ilql_dialogue.tasks import persuasion as persuasion_task
+from test_tasks import write_tiny_p4g
+
+DATA_DIR = loader.default_data_dir()
+needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR),
+                                reason=f"Persuasion for Good data not at {DATA_DIR}")
+
+# What the scripted persuadee says it gives, and the amount that reading must yield (None:
+# unparsable, "never": it never states one, so the dialogue hits the turn limit).
+STATEMENTS = (("0.50", 0.5), ("one dollar", 1.0), ("all of it", 2.0), ("nothing", 0.0),
+              ("lots", None), (None, "never"))
+PERSUADER_LINES = ("hi, have you heard of save the children", "they help kids in need",
+                   "even a little helps", "would you donate some of your payment")
+
+
+class ScriptedPersuadee:
+  """Chats, then at a turn drawn from its row seed states a donation drawn from the seed."""
+
+  def reset(self, contexts, seeds):
+    self.contexts = list(contexts)
+    rngs = [np.random.default_rng(s) for s in seeds]
+    self.plans = [(int(rng.integers(1, 4)), STATEMENTS[rng.integers(len(STATEMENTS))])
+                  for rng in rngs]
+    self.turns = [0] * len(seeds)
+
+  def respond(self, histories):
+    replies = []
+    for b, history in enumerate(histories):
+      if history is None:
+        replies.append(None)
+        continue
+      assert history[-1].speaker == PERSUADER
+      self.turns[b] += 1
+      speak_at, (phrase, _) = self.plans[b]
+      if phrase is not None and self.turns[b] == speak_at:
+        replies.append(f"ok, thank you. [donate] {phrase} [/donate]")
+      else:
+        replies.append(f"i see. tell me more ({self.turns[b]})")
+    return replies
+
+
+class ScriptedPersuader:
+  """Says one of PERSUADER_LINES a turn, drawn from its row seed."""
+
+  def reset(self, contexts, seeds):
+    self.contexts = list(contexts)
+    self.rngs = [np.random.default_rng(s) for s in seeds]
+
+  def respond(self, histories):
+    return [None if h is None else PERSUADER_LINES[rng.integers(len(PERSUADER_LINES))]
+            for rng, h in zip(self.rngs, histories)]
+
+
+def persona(i):
+  return {"extrovert": 3.0 + i / 10, "age": 20.0 + i, "sex": "Female" if i % 2 else "Male"}
+
+
+def hand_made_dialogues(n=5):
+  return [Dialogue(dialogue_id=f"d{i}", roles=loader.ROLES,
+                   turns=(Turn(PERSUADER, "hello"), Turn(PERSUADEE, "hi")),
+                   context={PERSUADER: persona(100 + i), PERSUADEE: persona(i)},
+                   outcome=i / 10, meta={"donation": i / 5}) for i in range(n)]
+
+
+def play(env, scenarios, max_turns=10, keys=None):
+  persuadee, persuader = ScriptedPersuadee(), ScriptedPersuader()
+  episodes = environment.play(env, {PERSUADER: persuader, PERSUADEE: persuadee}, scenarios,
+                              max_turns=max_turns, seed=7, keys=keys)
+  return episodes, persuader, persuadee
+
+
+def test_a_batch_ends_on_the_stated_donation_and_earns_it_over_two():
+  env = persuasion_env.PersuasionEnv(hand_made_dialogues())
+  scenarios = env.sample(seed=3, num=24)
+  episodes, persuader, persuadee = play(env, scenarios)
+  seen = set()
+  for e, plan in zip(episodes, persuadee.plans):
+    expected = plan[1][1]
+    assert e.turns[0].speaker == PERSUADER
+    assert [t.speaker for t in e.turns] == [env.turn_order[k % 2] for k in range(len(e.turns))]
+    if expected == "never":
+      assert e.end_reason == environment.TURN_LIMIT and len(e.turns) == 10
+      assert env.reward(e) == 0.0
+    elif expected is None:
+      assert e.end_reason == persuasion_env.UNPARSABLE and "not an amount" in e.info["parse_error"]
+      assert env.reward(e) == 0.0
+    else:
+      assert e.end_reason == persuasion_env.DONATION and e.info["donation"] == expected
+      assert env.reward(e) == pytest.approx(expected / 2)
+      assert e.turns[-1].speaker == PERSUADEE and len(e.turns) == 2 * plan[0]
+    seen.add(e.end_reason)
+  assert seen == {persuasion_env.DONATION, persuasion_env.UNPARSABLE, environment.TURN_LIMIT}
+  # Each party saw its own persona of the scenario's dialogue, never the other's.
+  for s, mine, theirs in zip(scenarios, persuader.contexts, persuadee.contexts):
+    assert mine == s.personas[PERSUADER] and theirs == s.personas[PERSUADEE]
+    assert mine["age"] >= 100 > theirs["age"]
+  summary = persuasion_env.summarize(episodes)
+  reasons = [e.end_reason for e in episodes]
+  assert summary["donation/unparsable"] == reasons.count(persuasion_env.UNPARSABLE) > 0
+  assert summary["donation/no_statement"] == reasons.count(environment.TURN_LIMIT) > 0
+  stated = [e.info["donation"] for e in episodes if e.end_reason == persuasion_env.DONATION]
+  assert summary["donation/stated"] == len(stated)
+  assert summary["donation/mean"] == pytest.approx(np.mean(stated))
+  assert summary["persuader_donation_blocks"] == 0
+  flat = env.metrics(episodes)
+  assert flat["donation/unparsable"] == summary["donation/unparsable"]
+  assert flat[f"end_reason/{environment.TURN_LIMIT}"] == summary["donation/no_statement"]
+
+
+def test_no_donation_reward_is_an_option_and_persuader_blocks_do_not_end():
+  env = persuasion_env.PersuasionEnv(hand_made_dialogues(), no_donation_reward=-0.5)
+  scenario = env.sample(0, 1)[0]
+  assert env.ending(scenario, PERSUADER, "[donate] 2 [/donate]") is None
+  assert env.ending(scenario, PERSUADEE, "no amount here") is None
+  unparsable = env.ending(scenario, PERSUADEE, "[donate] lots [/donate]")
+  assert unparsable.reason == persuasion_env.UNPARSABLE
+  episode = environment.Episode(scenario, "k", (), unparsable.reason, unparsable.info)
+  assert env.reward(episode) == -0.5
+
+
+def test_dialogues_replay_from_their_seeds_in_any_batch():
+  env = persuasion_env.PersuasionEnv(hand_made_dialogues())
+  scenarios = env.sample(seed=3, num=12)
+  whole, _, _ = play(env, scenarios)
+  order = [7, 2, 11, 5]
+  part, _, _ = play(env, [scenarios[i] for i in order])
+  for e, i in zip(part, order):
+    assert e.turns == whole[i].turns and e.end_reason == whole[i].end_reason
+  # Rows of one scenario with different keys (a group) are different dialogues' seeds.
+  group, _, _ = play(env, [scenarios[0]] * 6, keys=[f"{scenarios[0].scenario_id}/{g}"
+                                                    for g in range(6)])
+  assert len({e.turns for e in group}) > 1
+
+
+def test_scenarios_are_seeded_prefixes_that_cover_the_split():
+  env = persuasion_env.PersuasionEnv(hand_made_dialogues(5))
+  assert env.sample(4, 3) == env.sample(4, 12)[:3]
+  first_round = [s.dialogue_id for s in env.sample(4, 5)]
+  assert sorted(first_round) == [f"d{i}" for i in range(5)]
+  assert first_round != [s.dialogue_id for s in env.sample(5, 5)]
+  assert [s.scenario_id for s in env.sample(4, 2)] == ["4:0", "4:1"]
+  assert env.sample(4, 1)[0].donation == float(first_round[0][1:]) / 5
+  with pytest.raises(ValueError, match="no persona for"):
+    persuasion_env.PersuasionEnv([Dialogue("x", loader.ROLES, (), {PERSUADER: {}})])
+
+
+@needs_data
+def test_corpus_splits_match_the_task_and_contexts_serialize_as_it_trained(tmp_path):
+  train = persuasion_env.PersuasionEnv.from_corpus("train", DATA_DIR)
+  held_out = persuasion_env.PersuasionEnv.from_corpus("eval", DATA_DIR)
+  assert (len(train.dialogues), len(held_out.dialogues)) == (915, 102)
+  assert not {d.dialogue_id for d in train.dialogues} & {d.dialogue_id for d in held_out.dialogues}
+  # The BC task reads its dialogues back from JSON lines: the persona text is the same.
+  scenario = held_out.sample(1000, 1)[0]
+  original = next(d for d in held_out.dialogues if d.dialogue_id == scenario.dialogue_id)
+  write_jsonl(str(tmp_path / "d.jsonl"), [original])
+  (stored,) = read_jsonl(str(tmp_path / "d.jsonl"))
+  for role in loader.ROLES:
+    assert (persuasion_task.serialize_persona(role, held_out.context(scenario, role))
+            == persuasion_task.serialize_persona(role, stored.context[role]))
+  env = launch.make_env(ml_collections.ConfigDict(dict(env="persuasion", split="eval",
+                                                       data_dir=DATA_DIR)))
+  assert isinstance(env, persuasion_env.PersuasionEnv) and len(env.dialogues) == 102
+
+
+def test_grpo_steps_through_the_launcher_with_the_persuasion_env(tmp_path):
+  """grpo_persuasion_quick, shrunk: a fresh tiny persuader against the scripted persuadee
+  (a user class spec) on the personas of a tiny corpus in the real format."""
+  full = grpo_persuasion_quick.get_config()
+  assert (full.rl.env, full.task.role, full.algorithm.name) == ("persuasion", "persuader", "grpo")
+  assert full.model.init_from.endswith("bc_persuasion_quick")
+  rows = full.rl.scenarios * full.rl.group_size
+  assert full.train.checkpoint_every % (rows // full.train.batch_size * full.rl.epochs) == 0
+  assert full.rl.seq_len == full.model.max_seq_len
+
+  data_dir = write_tiny_p4g(tmp_path / "p4g")
+  config = full
+  config.task.update(root=str(tmp_path / "root"), data_dir=data_dir, max_length=96)
+  config.model.update(init_from="", num_layers=1, d_model=32, num_heads=2, num_kv_heads=1,
+                      head_dim=16, mlp_dim=64, max_seq_len=128)
+  config.rl.update(data_dir=data_dir, opponent="test_persuasion_env:ScriptedPersuadee",
+                   scenarios=2, group_size=4, max_turns=6, max_new_tokens=8, seq_len=128)
+  config.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=2,
+                      progress_bar=False)
+  workdir = str(tmp_path / "grpo")
+  launcher.run(config, workdir)
+  train = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
+           if r["split"] == "train"]
+  assert [r["step"] for r in train] == [1, 2]
+  assert all(math.isfinite(r["loss"]) and 0 <= r["reward"] <= 1 for r in train)
+  # Step 1 trains at the behaviour parameters: the trainer re-scores what the sampler drew.
+  assert abs(train[0]["ratio"] - 1.0) < 1e-5 and train[0]["kl"] == 0.0
