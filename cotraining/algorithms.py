@@ -14,6 +14,9 @@ config.algorithm fields (defaults from ../shared/BRIEF.md §5):
   eps_low = 0.2, eps_high = 0.28: the clipped ratio's range [1 - eps_low, 1 + eps_high]
   kl_coef = 0.005: weight of the k3 KL to the frozen reference
   PPO only: gamma = 1.0, lam = 0.95, vf_coef = 0.1, value_clip = 0.2
+
+With config.rl.cotrain enabled, grpo / rloo build cotraining/cotrain.py's
+CoTraining (the policy and the user simulator trained together).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from cotraining import logprobs, losses
+from cotraining import cotrain, logprobs, losses
 from cotraining.policy import PolicyWithReference
 from ilql_dialogue import bc
 from ilql_dialogue.algorithm import Batch, Metrics
@@ -82,8 +85,14 @@ class PolicyGradient:
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "PolicyGradient":
+    """The algorithm config.algorithm names; with config.rl.cotrain on, its co-training of
+    the policy and the simulator (cotraining/cotrain.py), so the registry and every
+    checkpoint restore build the pair."""
     fields = _checked_fields(cls, config, ignore=("advantage",))
-    return cls(advantage=ESTIMATORS[config.algorithm.name], **fields)
+    algorithm = cls(advantage=ESTIMATORS[config.algorithm.name], **fields)
+    if cotrain.enabled(config.get("rl")):
+      return cotrain.CoTraining.from_config(config, algorithm)
+    return algorithm
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> nnx.Module:
     return PolicyWithReference(bc.lm_from_config(config, rngs))
@@ -135,6 +144,9 @@ class PPO(PolicyGradient):
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "PPO":
+    if cotrain.enabled(config.get("rl")):
+      raise ValueError("config.rl.cotrain: co-training trains both sides with grpo or rloo; "
+                       "ppo's value head is the policy's only")
     return cls(**_checked_fields(cls, config, ignore=("advantage",)))
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> nnx.Module:

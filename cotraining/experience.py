@@ -22,6 +22,17 @@ launcher uses `<workdir>/rollouts`).
 `stat_*` columns carry rollout measurements (seconds, dialogues/s, tokens/s)
 into the step's metrics (cotraining/algorithms.py logs them).
 
+Co-Training (cotraining/cotrain.py): with `make_simulator`, the other role
+is the simulator being trained, an LMParty on `model.simulator`; its records
+join the rows under `sim_*` keys. Population Co-Training
+(cotraining/population.py): with a `population`, at the start of each
+rollout batch the current simulator joins the pool when one is due
+(`save_simulator`) and the member drawn for the batch plays the user
+(`load_member`); co-training trains the simulator on that member's turns,
+the ratio taken to the member's behaviour log-probs. A `FixedPool` of given
+simulators is the opponent pool of a run without co-training. The pool is
+reset to the restored step when the run resumes (`Population.resume`).
+
 config.rl fields: scenarios (N), group_size (G), epochs, max_turns,
 scenario_seed, seq_len (default model.max_seq_len).
 """
@@ -37,8 +48,9 @@ import numpy as np
 from absl import logging
 from flax import nnx
 
-from cotraining import algorithms, rollout_store, rollouts
-from ilql_dialogue import environment
+from cotraining import algorithms, cotrain, rollout_store, rollouts
+from cotraining.population import FixedPool, Population
+from ilql_dialogue import environment, init_from
 from ilql_dialogue.simulators import LMParty, Party
 
 DEFAULT_SCENARIO_SEED = 100_000
@@ -50,10 +62,27 @@ class RolloutSource:
   def __init__(self, config: ml_collections.ConfigDict, env: environment.Environment,
                algorithm: algorithms.PolicyGradient, role: str,
                make_learner: Callable[[nnx.Module], LMParty], others: Mapping[str, Party],
-               store_dir: str | None = None):
+               store_dir: str | None = None, *,
+               make_simulator: Callable[[nnx.Module], LMParty] | None = None,
+               population: Population | FixedPool | None = None,
+               load_member: Callable[[str], Party] | None = None,
+               save_simulator: Callable[[nnx.Module, str], None] | None = None,
+               simulator_init_from: str = ""):
     rl = config.rl
     self.env, self.algorithm, self.role = env, algorithm, role
     self.make_learner, self.others = make_learner, dict(others)
+    self.make_simulator, self.population = make_simulator, population
+    self.load_member, self.save_simulator = load_member, save_simulator
+    self.simulator_init_from = simulator_init_from
+    if simulator_init_from and make_simulator is None:
+      raise ValueError("RolloutSource: simulator_init_from is for a co-trained simulator")
+    if population is not None and load_member is None:
+      raise ValueError("RolloutSource: a population needs load_member (a member's party)")
+    if isinstance(population, Population) and (make_simulator is None or save_simulator is None):
+      raise ValueError("RolloutSource: a Population grows from the co-trained simulator "
+                       "(make_simulator and save_simulator); a pool of given simulators is a "
+                       "FixedPool")
+    self._members: dict[str, Party] = {}
     self.num_scenarios, self.group_size = rl.scenarios, rl.group_size
     self.epochs, self.max_turns = rl.epochs, rl.max_turns
     self.scenario_seed = rl.get("scenario_seed", DEFAULT_SCENARIO_SEED)
@@ -82,13 +111,21 @@ class RolloutSource:
       raise ValueError("RolloutSource: no model bound (train_loop binds it; or call bind_model)")
     model = self._current()
     learner = self.make_learner(model.policy)
+    others = dict(self.others)
+    user = self._user(model, index)
+    if user is not None:
+      others[self._user_role(user)] = user
     scenarios = self.env.sample(self.scenario_seed + index, self.num_scenarios)
     start = time.perf_counter()
-    played = rollouts.collect(self.env, self.role, learner, self.others, scenarios,
+    played = rollouts.collect(self.env, self.role, learner, others, scenarios,
                               group_size=self.group_size, max_turns=self.max_turns,
                               seed=self.seed, seq_len=self.seq_len)
+    arrays = dict(played.arrays)
+    if self.make_simulator is not None:
+      arrays.update({cotrain.SIM_PREFIX + k: v
+                     for k, v in rollouts.learner_arrays(user, self.seq_len).items()})
     seconds = time.perf_counter() - start
-    arrays = self.algorithm.prepare(model, played.arrays, played.rewards_NxG)
+    arrays = self.algorithm.prepare(model, arrays, played.rewards_NxG)
     rows = len(played.episodes)
     stats = {"stat_rollout_seconds": seconds, "stat_dialogues_per_sec": rows / seconds,
              "stat_sampled_tokens_per_sec": arrays["action_mask"].sum() / seconds}
@@ -97,6 +134,34 @@ class RolloutSource:
     if self.store is not None:
       self.store.save(index, arrays)
     return arrays
+
+  def _user(self, model: nnx.Module, index: int) -> Party | None:
+    """Who plays the user in batch `index`: a pool member, the co-trained simulator, or None
+    (the fixed `others`)."""
+    if self.population is None:
+      if self.make_simulator is None:
+        return None
+      user = self.make_simulator(model.simulator)
+    else:
+      if isinstance(self.population, Population):
+        self.population.update(index * self.steps_per_rollout,
+                               lambda path: self.save_simulator(model, path))
+      member = self.population.sample(index)
+      self._members = {path: party for path, party in self._members.items()
+                       if path in self.population.members}
+      if member not in self._members:
+        self._members[member] = self.load_member(member)
+      user = self._members[member]
+    if self.make_simulator is not None:
+      rollouts.check_learner(user)
+    return user
+
+  def _user_role(self, user: Party) -> str:
+    roles = [r for r in self.env.turn_order if r != self.role]
+    role = getattr(user, "role", None) or (roles[0] if len(roles) == 1 else None)
+    if role not in roles:
+      raise ValueError(f"the simulator plays {role!r}; the other roles are {roles}")
+    return role
 
   def _resumed(self, index: int) -> dict[str, np.ndarray]:
     """Batch `index` for a run resumed inside it: as stored, else sampled again (warned)."""
@@ -107,7 +172,25 @@ class RolloutSource:
       return self.rollout(index)
     return arrays
 
+  def start_simulator(self) -> None:
+    """Writes `simulator_init_from` into the fresh run's simulator and its reference.
+
+    The loop's `model.init_from` writes one source into every LM of the pair;
+    the simulator's own start (a BC customer) is written here, on the host,
+    into the variables of the model `bind_model` exposes, which are the train
+    state's, before the first update. A resumed run restores it instead.
+    """
+    if self._current is None:
+      raise ValueError("RolloutSource: no model bound (train_loop binds it; or call bind_model)")
+    model = self._current()
+    init_from.load_into(cotrain.SimulatorHalf(model.simulator, model.simulator_reference),
+                        self.simulator_init_from)
+
   def __call__(self, start: int) -> Iterator[Mapping[str, np.ndarray]]:
+    if start == 0 and self.simulator_init_from:
+      self.start_simulator()
+    if isinstance(self.population, Population):
+      self.population.resume(start)  # The pool as of the restored step; the replay re-adds.
     index, arrays = start, None
     while True:
       batch_index, within = divmod(index, self.steps_per_rollout)

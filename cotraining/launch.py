@@ -8,11 +8,21 @@ role: a scripted style, a training workdir, or a user's class.
 
 config.rl fields, beyond those experience.RolloutSource reads:
   env: "airdialogue"; reward: "success" | "soft" (AirDialogueEnv);
+  env: "persuasion" (ilql_dialogue/persuasion_env.py): split "train" | "eval" of the real
+    dialogues the personas come from, data_dir ("" = ../shared), no_donation_reward;
   opponent: party spec; opponent_temperature: a learned opponent's sampling;
   panel: optional simulator panel (cotraining/panels.py, experiments/configs/panel_*.py);
     training against one of its held-out simulators is refused at start-up;
   temperature: the trained role's sampling temperature (> 0);
-  max_new_tokens: tokens per turn of every learned party.
+  max_new_tokens: tokens per turn of every learned party;
+  cotrain: {enabled, simulator_reward, kl_coef, temperature, simulator_init_from}: the other
+    role is a simulator trained alongside (cotraining/cotrain.py); rl.opponent is then not
+    played;
+  population: {enabled, capacity, add_every, members}: with co-training, the pool of the
+    simulator's saved checkpoints under `<workdir>/population`; without, `members` (party
+    specs) is the pool; a member drawn per rollout batch plays the other role
+    (cotraining/population.py). The online evaluation's opponent must not be held out by
+    rl.panel when checkpoints are selected by it.
 """
 
 from __future__ import annotations
@@ -22,12 +32,15 @@ from typing import Any, Callable
 
 import ml_collections
 
-from cotraining import experience, panels
-from ilql_dialogue import environment, rollout, simulators
+from cotraining import cotrain, experience, panels, population
+from ilql_dialogue import environment, init_from, persuasion_env, rollout, simulators
 
 ROLLOUTS_DIR = "rollouts"  # Under the workdir: the latest rollout batches (rollout_store.py).
 ENVIRONMENTS: dict[str, Callable[[ml_collections.ConfigDict], environment.Environment]] = {
     "airdialogue": lambda rl: rollout.AirDialogueEnv(reward=rl.get("reward", "success")),
+    "persuasion": lambda rl: persuasion_env.PersuasionEnv.from_corpus(
+        rl.get("split", "train"), rl.get("data_dir") or None,
+        no_donation_reward=rl.get("no_donation_reward", 0.0)),
 }
 
 
@@ -47,9 +60,17 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
     raise ValueError(f"config.task.role={task.role!r} is not a role of {rl.env} "
                      f"{list(env.turn_order)}")
   panels.refuse_held_out(rl)
+  panels.refuse_held_out_selection(config)
+  pool = rl.get("population")
+  pool = pool if pool is not None and pool.get("enabled", False) else None
+  for member in [] if pool is None else pool.get("members", ()):
+    panels.refuse_held_out({**rl, "opponent": member})
+  cotraining = cotrain.enabled(rl)
+  simulator_role = (cotrain.simulator_role(env.turn_order, task.role)
+                    if cotraining or pool is not None else None)
   others = {role: simulators.make_party(rl.opponent, role, max_new_tokens=rl.max_new_tokens,
                                         temperature=rl.opponent_temperature)
-            for role in env.turn_order if role != task.role}
+            for role in env.turn_order if role not in (task.role, simulator_role)}
   prefix_fields = None if task.prefix is None else task.prefix.fields
 
   def make_learner(decoder: Any) -> simulators.LMParty:
@@ -59,5 +80,38 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
                               serialize_context=task.serialize_context,
                               prefix_fields=prefix_fields)
 
+  def make_simulator(decoder: Any) -> simulators.LMParty:
+    """The co-trained simulator: its context as text (cotraining/cotrain.py)."""
+    temperature = rl.cotrain.get("temperature") or rl.opponent_temperature
+    return simulators.LMParty(decoder, task.tokenizer, simulator_role,
+                              max_new_tokens=rl.max_new_tokens, temperature=temperature,
+                              include_context=True, serialize_context=task.serialize_context)
+
+  options = {}
+  if cotraining:
+    options.update(make_simulator=make_simulator,
+                   simulator_init_from=rl.cotrain.get("simulator_init_from", ""))
+    if options["simulator_init_from"]:
+      init_from.check_tokenizer(options["simulator_init_from"], task.tokenizer)
+  if pool is not None and cotraining:
+    add_every = pool.get("add_every", population.DEFAULT_ADD_EVERY)
+    options.update(
+        population=population.Population(
+            os.path.join(workdir, population.DIRECTORY),
+            capacity=pool.get("capacity", population.DEFAULT_CAPACITY), add_every=add_every,
+            seed=config.seed, retain=config.train.checkpoint_every // add_every + 1),
+        load_member=lambda path: make_simulator(cotrain.load_simulator(path)),
+        save_simulator=lambda model, path: cotrain.save_simulator(
+            model.simulator, config, simulator_role, path, 0,
+            os.path.join(workdir, init_from.TOKENIZER_DIR)))
+  elif pool is not None:
+    if not pool.get("members"):
+      raise ValueError("config.rl.population: without co-training the pool is "
+                       "config.rl.population.members (party specs of saved simulators)")
+    options.update(
+        population=population.FixedPool(pool.members, seed=config.seed),
+        load_member=lambda spec: simulators.make_party(
+            spec, simulator_role, max_new_tokens=rl.max_new_tokens,
+            temperature=rl.opponent_temperature))
   return experience.RolloutSource(config, env, algorithm, task.role, make_learner, others,
-                                  store_dir=os.path.join(workdir, ROLLOUTS_DIR))
+                                  store_dir=os.path.join(workdir, ROLLOUTS_DIR), **options)

@@ -110,3 +110,26 @@ def refuse_held_out(rl: Mapping[str, Any]) -> None:
     raise ValueError(f"config.rl.opponent={rl['opponent']!r} is held out by config.rl.panel "
                      f"(as {pattern!r}): held-out simulators are for evaluation only; train "
                      f"against one of {list(dict.fromkeys(m.spec for m in panel.training))}")
+
+
+def refuse_held_out_selection(config: Mapping[str, Any]) -> None:
+  """Raises ValueError when the run's checkpoint selection plays a simulator its panel holds out.
+
+  config.selection keeps the checkpoint with the best online evaluation
+  (config.online_eval), so choosing it against a held-out simulator tunes
+  the run to that simulator as surely as training against it would.
+  Without `rl.panel`, or without an online evaluation that selects, nothing
+  is checked.
+  """
+  rl, online = config.get("rl") or {}, config.get("online_eval") or {}
+  selection = config.get("selection") or {}
+  if (rl.get("panel") is None or online.get("num_dialogues", 0) <= 0
+      or not selection.get("metric")):
+    return
+  panel = from_config(rl["panel"])
+  pattern = panel.held_out_pattern(online["opponent"])
+  if pattern is not None:
+    raise ValueError(f"config.online_eval.opponent={online['opponent']!r} is held out by "
+                     f"config.rl.panel (as {pattern!r}) and config.selection.metric="
+                     f"{selection['metric']!r} selects checkpoints by it: select against one of "
+                     f"{list(dict.fromkeys(m.spec for m in panel.training))}")

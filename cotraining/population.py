@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -102,12 +102,30 @@ class Population:
     members = self.members
     if not members:
       raise ValueError("Population.sample: the pool is empty (update it before the first batch)")
-    rng = np.random.default_rng(np.random.SeedSequence(self.seed,
-                                                       spawn_key=(_SAMPLE_STREAM, batch_index)))
-    return members[int(rng.integers(len(members)))]
+    return members[draw(self.seed, batch_index, len(members))]
 
   def _write(self) -> None:
     manifest = os.path.join(self.directory, MANIFEST)
     with open(manifest + ".partial", "w") as f:
       json.dump({"steps": self.steps}, f)
     os.replace(manifest + ".partial", manifest)
+
+
+def draw(seed: int, batch_index: int, num_members: int) -> int:
+  """The index of the member that plays in rollout batch `batch_index`: (seed, index) alone."""
+  rng = np.random.default_rng(np.random.SeedSequence(seed,
+                                                     spawn_key=(_SAMPLE_STREAM, batch_index)))
+  return int(rng.integers(num_members))
+
+
+class FixedPool:
+  """A pool of given simulators (party specs, e.g. saved checkpoints), for training against a
+  population without co-training: the member of each rollout batch is drawn as above."""
+
+  def __init__(self, members: Sequence[str], seed: int = 0):
+    if not members:
+      raise ValueError("FixedPool: no members")
+    self.members, self.seed = list(members), seed
+
+  def sample(self, batch_index: int) -> str:
+    return self.members[draw(self.seed, batch_index, len(self.members))]

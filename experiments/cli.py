@@ -282,6 +282,19 @@ def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | 
   if spec.startswith((simulators.SCRIPTED_CUSTOMER_PREFIX, simulators.SCRIPTED_AGENT_PREFIX)):
     with reported_as(what):
       simulators.make_party(spec, role)
+  elif spec.startswith("vs_llm:"):
+    from cotraining import vs_llm  # An endpoint: its options are all a start-up can check.
+    with reported_as(what):
+      vs_llm.parse_spec(spec)
+  elif spec.startswith((simulators.VS_PREFIX, simulators.CALM_PREFIX)):
+    # A wrapper around a workdir: its options here, the workdir as any other.
+    if spec.startswith(simulators.VS_PREFIX):
+      from cotraining.verbalized_sampling import parse_spec
+    else:
+      from calm.planning import parse_spec
+    with reported_as(what):
+      _, inner = parse_spec(spec)
+    return check_party(inner, role, what)
   elif os.path.isdir(spec):
     config = training_workdir(spec, what)
     trained = trained_role(spec, config, what)

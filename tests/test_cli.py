@@ -169,3 +169,21 @@ def test_algorithm_fields_it_would_ignore_are_refused(name):
       {"name": name, "top_fraction": 0.5, "top_fration": 0.5})
   with pytest.raises(cli.BadInput, match="unknown fields.*'top_fration'"):
     cli.check_train_fields(config)
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("calm:n=2:/no/such/run", "no such directory"),
+    ("calm:bogus=1:/no/such/run", "unknown CALM option"),
+    ("vs:k=3:/no/such/run", "no such directory"),
+    ("vs_llm:k=5,model=m", "base_url"),
+])
+def test_wrapped_party_specs_are_checked_down_to_their_workdir(spec, message):
+  """`calm:` and `vs:` wrap a workdir: their options and the workdir are checked at start-up;
+  an LLM endpoint's options are."""
+  with pytest.raises(cli.BadInput, match=message):
+    cli.check_party(spec, "agent" if spec.startswith("calm") else "customer", "--party")
+
+
+def test_an_endpoint_party_passes_the_start_up_check():
+  assert cli.check_party("vs_llm:k=5,base_url=http://127.0.0.1:1/v1,model=m", "customer",
+                         "--customer") is None
