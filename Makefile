@@ -26,9 +26,10 @@ dev: $(VENV)/.dev-installed
 run: $(VENV)/.installed
 	$(PY) -m experiments.pipeline --workdir=$(RUN_DIR)
 
-# pytest exits 5 when it collects no tests: not a failure of the code.
+# pytest exits 5 when it collects no tests: not a failure of the code. Test files run on every
+# core (pytest-xdist), one file per worker so its module fixtures are built once.
 test: $(VENV)/.dev-installed
-	$(PY) -m pytest -q tests; status=$$?; \
+	$(PY) -m pytest -q -n auto --dist loadfile --durations=30 tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$status
 	$(MAKE) test-multiprocess
 
