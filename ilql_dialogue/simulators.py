@@ -42,8 +42,10 @@ party decodes the whole batch in one call. Spec strings (`make_party`):
 Role enforcement (LMParty). A learned party only ever decodes its own turn:
 the environment forces its speaker token, and generation masks every special
 token except <|eot|> (so it can never write another speaker's token, a
-context/dialogue separator, pad, bos or eos) and, for a role that may not end
-the dialogue (the AirDialogue customer), the single-id action markers.
+context/dialogue separator, pad, bos or eos) and the single-id markers of the
+closing blocks other roles own (`BLOCK_MARKERS`: the AirDialogue customer may
+not write the agent's action block, the P4G persuader not the persuadee's
+donation statement).
 """
 
 from __future__ import annotations
@@ -65,14 +67,20 @@ from data_pipelines.airdialogue import action_grammar, agents, customers, family
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.dialogue import Turn
 from data_pipelines.mdp import SerializeContext
+from data_pipelines.persuasion import loader as persuasion_loader
 from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import init_cache
 
 CUSTOMER, AGENT = to_dialogue.ROLES
-ACTION_ROLES = (AGENT,)  # Roles allowed to write the final action block.
 ACTION_MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
+# Each task's closing block and the one role that may write it: the AirDialogue agent's final
+# action, the P4G persuadee's donation statement. Every other role is forbidden its markers.
+BLOCK_MARKERS: Mapping[str, tuple[str, ...]] = {
+    AGENT: ACTION_MARKERS,
+    persuasion_loader.ROLES[1]: (persuasion_loader.DONATION_OPEN, persuasion_loader.DONATION_CLOSE),
+}
 SCRIPTED_CUSTOMER_PREFIX = "scripted:"
 SCRIPTED_AGENT_PREFIX = "scripted_agent:"
 VS_PREFIX = "vs:"
@@ -202,22 +210,24 @@ class ScriptedAgent:
 
 
 def forbidden_token_ids(tokenizer: DialogueTokenizer, role: str,
-                        action_roles: Sequence[str] = ACTION_ROLES,
-                        action_markers: Sequence[str] = ACTION_MARKERS) -> list[int]:
-  """Ids `role` may never generate inside its own turn (see the module docstring).
+                        block_markers: Mapping[str, Sequence[str]] = BLOCK_MARKERS) -> list[int]:
+  """Ids `role` may never generate inside its own turn (see the module docstring): every
+  special token but <|eot|>, and the markers of the closing blocks other roles own.
 
-  A tokenizer without the markers cannot mask the action block by one id; the
-  customer's turns are then only kept out of the outcome by the engine, which
-  parses actions from agent turns alone (and counts customer blocks).
+  A tokenizer of a task with such a block but without its single-id markers cannot
+  mask it by one id; the block is then only kept out of the outcome by the engine,
+  which reads it from its owner's turns alone (and counts the others').
   """
   ids = set(tokenizer.special_ids) - {tokenizer.eot_id}
-  if role not in action_roles:
-    missing = [m for m in action_markers if m not in tokenizer.marker_ids]
-    if missing:
-      logging.warning("tokenizer has no single-id markers %s: the %s's action block is not "
-                      "masked while decoding (train the tokenizer with markers=%s)",
-                      missing, role, list(action_markers))
-    ids |= {tokenizer.marker_ids[m] for m in action_markers if m in tokenizer.marker_ids}
+  for owner, markers in block_markers.items():
+    if owner == role:
+      continue
+    missing = [m for m in markers if m not in tokenizer.marker_ids]
+    if missing and owner in tokenizer.roles:
+      logging.warning("tokenizer has no single-id markers %s: the %s's block is not masked for "
+                      "the %s while decoding (train the tokenizer with markers=%s)",
+                      missing, owner, role, list(markers))
+    ids |= {tokenizer.marker_ids[m] for m in markers if m in tokenizer.marker_ids}
   return sorted(ids)
 
 

@@ -103,7 +103,7 @@ def make_model(config, seed=0, std=0.4):
 
 def bot(decoder, *, max_new_tokens=4, temperature=1.0, only_words=False, **kwargs):
   tok = tokenizer()
-  forbidden = simulators.forbidden_token_ids(tok, "bot", action_roles=ROLES)
+  forbidden = simulators.forbidden_token_ids(tok, "bot")
   if only_words:
     allowed = set(word_ids())
     forbidden = [i for i in range(decoder.cfg.vocab_size) if i not in allowed]

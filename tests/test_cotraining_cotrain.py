@@ -18,8 +18,7 @@ def user(decoder):
   tok = toy.tokenizer()
   return simulators.LMParty(decoder, tok, "user", max_new_tokens=3, temperature=1.0,
                             include_context=False,
-                            forbidden_ids=simulators.forbidden_token_ids(tok, "user",
-                                                                         action_roles=toy.ROLES))
+                            forbidden_ids=simulators.forbidden_token_ids(tok, "user"))
 
 
 def cotrain_config(reward="zero_sum"):

@@ -207,3 +207,18 @@ def test_grpo_steps_through_the_launcher_with_the_persuasion_env(tmp_path):
   assert all(math.isfinite(r["loss"]) and 0 <= r["reward"] <= 1 for r in train)
   # Step 1 trains at the behaviour parameters: the trainer re-scores what the sampler drew.
   assert abs(train[0]["ratio"] - 1.0) < 1e-5 and train[0]["kl"] == 0.0
+
+
+def test_only_the_persuadee_may_write_the_donation_block():
+  """The persuader is forbidden the donation markers (a statement is the persuadee's to make);
+  the persuadee is not; an AirDialogue block is nobody's here, and no warning is due."""
+  from data_pipelines import tokenization
+  from data_pipelines.persuasion import loader
+  from ilql_dialogue import simulators
+
+  tok = tokenization.train_tokenizer(
+      ["I will donate [donate] 0.50 [/donate]", "Would you donate?"], loader.ROLES,
+      vocab_size=300, markers=[loader.DONATION_OPEN, loader.DONATION_CLOSE])
+  donate = {tok.marker_ids[loader.DONATION_OPEN], tok.marker_ids[loader.DONATION_CLOSE]}
+  assert donate <= set(simulators.forbidden_token_ids(tok, "persuader"))
+  assert not donate & set(simulators.forbidden_token_ids(tok, "persuadee"))
