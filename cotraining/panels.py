@@ -104,12 +104,8 @@ def refuse_held_out(rl: Mapping[str, Any]) -> None:
   """
   if rl.get("panel") is None:
     return
-  panel = from_config(rl["panel"])
-  pattern = panel.held_out_pattern(rl["opponent"])
-  if pattern is not None:
-    raise ValueError(f"config.rl.opponent={rl['opponent']!r} is held out by config.rl.panel "
-                     f"(as {pattern!r}): held-out simulators are for evaluation only; train "
-                     f"against one of {list(dict.fromkeys(m.spec for m in panel.training))}")
+  _refuse(rl["panel"], f"config.rl.opponent={rl['opponent']!r}", rl["opponent"],
+          "held-out simulators are for evaluation only; train")
 
 
 def refuse_held_out_selection(config: Mapping[str, Any]) -> None:
@@ -126,10 +122,14 @@ def refuse_held_out_selection(config: Mapping[str, Any]) -> None:
   if (rl.get("panel") is None or online.get("num_dialogues", 0) <= 0
       or not selection.get("metric")):
     return
-  panel = from_config(rl["panel"])
-  pattern = panel.held_out_pattern(online["opponent"])
+  _refuse(rl["panel"], f"config.online_eval.opponent={online['opponent']!r}", online["opponent"],
+          f"config.selection.metric={selection['metric']!r} selects checkpoints by it; select")
+
+
+def _refuse(panel_config: Mapping[str, Any], field: str, spec: str, why: str) -> None:
+  """Raises ValueError naming `field` when `spec` is a held-out simulator of the panel."""
+  panel = from_config(panel_config)
+  pattern = panel.held_out_pattern(spec)
   if pattern is not None:
-    raise ValueError(f"config.online_eval.opponent={online['opponent']!r} is held out by "
-                     f"config.rl.panel (as {pattern!r}) and config.selection.metric="
-                     f"{selection['metric']!r} selects checkpoints by it: select against one of "
-                     f"{list(dict.fromkeys(m.spec for m in panel.training))}")
+    raise ValueError(f"{field} is held out by config.rl.panel (as {pattern!r}): {why} against "
+                     f"one of {list(dict.fromkeys(m.spec for m in panel.training))}")
