@@ -75,7 +75,9 @@ def source(spec: str) -> str:
   return os.path.realpath(spec)
 
 
-def _members(entries: Iterable[Any], half: str) -> tuple[Member, ...]:
+def _members(entries: Iterable[Any] | str, half: str) -> tuple[Member, ...]:
+  if isinstance(entries, str):  # One member (a config's FieldReference to one simulator).
+    entries = (entries,)
   members = []
   for entry in entries:
     if isinstance(entry, str):
@@ -89,7 +91,7 @@ def _members(entries: Iterable[Any], half: str) -> tuple[Member, ...]:
 
 
 def from_config(panel: Mapping[str, Any]) -> Panel:
-  """A Panel from a config section with `training` and `held_out` lists."""
+  """A Panel from a config section with `training` and `held_out` lists (or single specs)."""
   missing = {"training", "held_out"} - set(panel)
   if missing:
     raise ValueError(f"simulator panel: missing {sorted(missing)}; has {sorted(panel)}")

@@ -59,17 +59,6 @@ from ilql_dialogue.models.transformer import Transformer
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SECTION = "## LM core: training and decoding throughput vs transformers + torch"
 
-_QUICK = flags.DEFINE_bool("quick", False, "Tiny model and few repetitions: a seconds-long smoke run.")
-_OUTPUT = flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
-                              "Markdown file whose LM-core section is (re)written.")
-_REPEATS = flags.DEFINE_integer("repeats", None, "Timed repetitions per measurement (median).",
-                                lower_bound=1)
-_THREADS = flags.DEFINE_integer("threads", None, "torch threads; default: the CPUs this process may use.",
-                                lower_bound=1)
-_PROFILE = flags.DEFINE_bool("profile", False, "Also profile our training step and largest-batch "
-                             "decode (jax.profiler trace) and add the op breakdown to the report.")
-
-
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
   vocab_size: int
@@ -174,7 +163,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation):
     mask_BxT = jnp.ones_like(tokens_BxT, jnp.bool_)
     positions_BxT = jnp.broadcast_to(jnp.arange(tokens_BxT.shape[1]), tokens_BxT.shape)
     hidden_BxTxD, _ = model(tokens_BxT, positions_BxT, mask_BxT)
-    logits_BxTxV = model.logits(hidden_BxTxD[:, :-1])
+    logits_BxTxV = model.logits(hidden_BxTxD[:, :-1]).astype(jnp.float32)  # As HF's loss does.
     return optax.softmax_cross_entropy_with_integer_labels(logits_BxTxV, tokens_BxT[:, 1:]).mean()
 
   def train_step(params, opt_state, tokens_BxT):
@@ -614,10 +603,11 @@ def benchmark_and_report(*, quick: bool, output: str, command: str, repeats: int
 
 def main(argv: list[str]) -> None:
   del argv
-  cli.output_file(_OUTPUT.value, "--output")  # Written after the whole benchmark.
+  f = flags.FLAGS
+  cli.output_file(f.output, "--output")  # Written after the whole benchmark.
   benchmark_and_report(
-      quick=_QUICK.value, output=_OUTPUT.value, repeats=_REPEATS.value, threads=_THREADS.value,
-      profile_top=PROFILE_OPS if _PROFILE.value else 0,
+      quick=f.quick, output=f.output, repeats=f.repeats, threads=f.threads,
+      profile_top=PROFILE_OPS if f.profile else 0,
       command=" ".join([*pinning(), "python -m experiments.benchmark", *sys.argv[1:]]))
 
 
@@ -628,4 +618,14 @@ def pinning() -> list[str]:
 
 
 if __name__ == "__main__":
+  # Defined here, not at import: experiments.benchmark_accelerator imports this module.
+  flags.DEFINE_bool("quick", False, "Tiny model and few repetitions: a seconds-long smoke run.")
+  flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
+      "Markdown file whose LM-core section is (re)written.")
+  flags.DEFINE_integer("repeats", None, "Timed repetitions per measurement (median).",
+      lower_bound=1)
+  flags.DEFINE_integer("threads", None, "torch threads; default: the CPUs this process may use.",
+      lower_bound=1)
+  flags.DEFINE_bool("profile", False, "Also profile our training step and largest-batch "
+      "decode (jax.profiler trace) and add the op breakdown to the report.")
   cli.run(main)

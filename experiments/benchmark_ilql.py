@@ -39,16 +39,6 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SECTION = "## ILQL step vs BC step"
 TARGET = 1.3  # An ILQL step may cost at most this many BC steps.
 
-_QUICK = flags.DEFINE_bool("quick", False, "Tiny model, few repetitions: a smoke run.")
-_OUTPUT = flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
-                              "Markdown file whose ILQL section is (re)written.")
-_REPEATS = flags.DEFINE_integer("repeats", None, "Timed steps per variant (median).",
-                                lower_bound=1)
-_ACTION_FRACTION = flags.DEFINE_float(
-    "action_fraction", 0.6, "ILQL's action budget K = this share of the window (rounded up to 8).",
-    lower_bound=0.0, upper_bound=1.0)
-
-
 @dataclasses.dataclass(frozen=True)
 class BenchConfig:
   vocab_size: int
@@ -248,16 +238,26 @@ def render(bench: BenchConfig, results: dict[str, Any], command: str) -> str:
 
 def main(argv):
   del argv
-  cli.output_file(_OUTPUT.value, "--output")  # Written after the whole benchmark.
-  bench = QUICK if _QUICK.value else FULL
-  if _REPEATS.value:
-    bench = dataclasses.replace(bench, repeats=_REPEATS.value)
-  results = run(bench, _ACTION_FRACTION.value)
+  f = flags.FLAGS
+  cli.output_file(f.output, "--output")  # Written after the whole benchmark.
+  bench = QUICK if f.quick else FULL
+  if f.repeats:
+    bench = dataclasses.replace(bench, repeats=f.repeats)
+  results = run(bench, f.action_fraction)
   command = "python -m experiments.benchmark_ilql " + " ".join(sys.argv[1:])
   section = render(bench, results, command.strip())
   print(section)
-  bench_report.write_section(pathlib.Path(_OUTPUT.value), SECTION, section)
+  bench_report.write_section(pathlib.Path(f.output), SECTION, section)
 
 
 if __name__ == "__main__":
+  # Defined here, not at import: experiments.benchmark_accelerator imports this module.
+  flags.DEFINE_bool("quick", False, "Tiny model, few repetitions: a smoke run.")
+  flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"),
+      "Markdown file whose ILQL section is (re)written.")
+  flags.DEFINE_integer("repeats", None, "Timed steps per variant (median).",
+      lower_bound=1)
+  flags.DEFINE_float(
+      "action_fraction", 0.6, "ILQL's action budget K = this share of the window (rounded up to 8).",
+      lower_bound=0.0, upper_bound=1.0)
   cli.run(main)

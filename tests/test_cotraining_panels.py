@@ -6,7 +6,7 @@ import ml_collections
 import pytest
 
 from cotraining import launch, panels
-from experiments.configs import panel_airdialogue, panel_persuasion
+from experiments.configs import collapse_airdialogue_quick, panel_airdialogue, panel_persuasion
 
 
 def rl_config(opponent, panel):
@@ -64,3 +64,30 @@ def test_the_launcher_refuses_a_held_out_opponent_before_building_it(tmp_path):
   task = types.SimpleNamespace(role="agent")
   with pytest.raises(ValueError, match="held out by config.rl.panel"):
     launch.rollout_source(config, algorithm=None, task=task, workdir=str(tmp_path))
+
+
+def test_a_single_spec_is_one_member():
+  panel = panels.from_config({"training": "runs/c0", "held_out": ("scripted:*",)})
+  assert [m.spec for m in panel.training] == ["runs/c0"]
+
+
+@pytest.mark.parametrize("arm", collapse_airdialogue_quick.ARMS)
+def test_collapse_arms_share_one_simulator_reference(arm):
+  c = collapse_airdialogue_quick.get_config(arm)
+  c.simulator = "runs/sim"
+  assert c.online_eval.opponent == "runs/sim"  # Selection plays the frozen training simulator.
+  assert c.rl.opponent == ("vs:k=5,pick=uniform:runs/sim" if arm == "vs" else "runs/sim")
+  assert c.rl.opponent_temperature == (0.3 if arm == "single" else 1.0)
+  assert (c.rl.get("cotrain") or {}).get("simulator_init_from") == (
+      "runs/sim" if arm in ("cotrain", "population") else None)
+  assert c.rl.population.enabled == (arm == "population") if "population" in c.rl else True
+  panels.refuse_held_out(c.rl)
+  panels.refuse_held_out_selection(c)
+  assert [m.spec for m in panels.from_config(c.rl.panel).training] == ["runs/sim"]
+
+
+def test_collapse_refuses_a_held_out_simulator():
+  c = collapse_airdialogue_quick.get_config("vs")
+  c.simulator = collapse_airdialogue_quick.HELD_OUT[0]
+  with pytest.raises(ValueError, match="held out"):
+    panels.refuse_held_out(c.rl)

@@ -340,7 +340,7 @@ def test_sample_frequencies_follow_processed_distribution():
 
 def test_quick_benchmark_writes_only_its_section(tmp_path):
   """`python -m experiments.benchmark --quick` end to end, into a temp file instead of docs/."""
-  from experiments import benchmark  # Defines absl flags; only this test needs it.
+  from experiments import benchmark
 
   output = tmp_path / "BENCHMARKS.md"
   other = "## Another benchmark\n\nkept as is\n"

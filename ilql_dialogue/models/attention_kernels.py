@@ -8,7 +8,7 @@
     cudnn      jax.nn.dot_product_attention(implementation="cudnn"): cuDNN flash
                attention on NVIDIA GPUs (float16/bfloat16 only), which skips the
                masked tiles of a causal mask.
-    auto       blocked on CPU; cudnn on GPU in 16-bit compute, else xla.
+    auto       blocked on CPU; cudnn on GPU in 16-bit compute at even lengths, else xla.
 
 `attend_block` is the cache-free path (training, scoring): a block of T slots
 over itself. `attend_cache` is the decoding path: new queries over a layer's
@@ -32,14 +32,19 @@ import jax.numpy as jnp
 IMPLEMENTATIONS = ("auto", "reference", "blocked", "xla", "cudnn")
 
 
-def resolve(impl: str, compute_dtype: jnp.dtype) -> str:
-  """The concrete kernel `impl` means on the default backend."""
+def resolve(impl: str, compute_dtype: jnp.dtype, length: int = 0) -> str:
+  """The concrete kernel `impl` means on the default backend for `length` slots.
+
+  cuDNN's flash kernel differentiates a masked block only when its length is
+  even (jax raises "Unsupported sequence length" in the gradient otherwise,
+  measured on an H200), so `auto` takes xla for odd lengths.
+  """
   if impl != "auto":
     return impl
   platform = jax.default_backend()
   if platform == "cpu":
     return "blocked"
-  if platform == "gpu" and jnp.dtype(compute_dtype).itemsize == 2:
+  if platform == "gpu" and jnp.dtype(compute_dtype).itemsize == 2 and length % 2 == 0:
     return "cudnn"
   return "xla"
 
@@ -130,7 +135,7 @@ def attend_block(impl: str, q_BxTxKxGxH: jax.Array, k_BxTxKxH: jax.Array,
                  v_BxTxKxH: jax.Array, valid_BxT: jax.Array, *, prefix_len: int,
                  prefix_bidirectional: bool, block: int) -> jax.Array:
   """A block of T slots attending over itself (causal, key padding, optional prefix)."""
-  impl = resolve(impl, q_BxTxKxGxH.dtype)
+  impl = resolve(impl, q_BxTxKxGxH.dtype, q_BxTxKxGxH.shape[1])
   if impl in ("xla", "cudnn"):
     return jax_nn(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, valid_BxT, prefix_len,
                   prefix_bidirectional, impl)
