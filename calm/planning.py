@@ -9,7 +9,13 @@ At each agent turn the planner
      action block or the horizon ends,
   3. scores each continuation by its predicted reward and a candidate by the
      mean over its M continuations,
-  4. says the best candidate (ties: the first sampled).
+  4. says the best candidate (ties: the first).
+
+Candidate 0 is the model's greedy reply (`greedy=1`, the default), the other
+N - 1 are sampled at `temp`: planning then only replaces the plain policy's
+reply when the model's own rollouts score another one higher, so a planner
+cannot do worse than greedy decoding for want of a good candidate (sampled
+candidates alone get the customer's name wrong, docs/RESULTS.md).
 
 N = 1 is 'CALM without planning': the one candidate is said, nothing is imagined.
 
@@ -46,7 +52,7 @@ Score: `reward_token` (default) or `head`.
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
 
-Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T:]PATH`, PATH a
+Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -73,8 +79,9 @@ from ilql_dialogue.models.kv_cache import KVCache, init_cache
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 
 SCORES = ("reward_token", "head")
-DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0)
-CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature")
+DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1)
+CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
+                   greedy="greedy_candidate")
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
 _SPEC_RE = re.compile(r"^calm:(?:(?P<options>\w+=[^,:]*(?:,\w+=[^,:]*)*):)?(?P<inner>.+)$")
 # LMParty's per-row records besides its cache and keys (simulators.LMParty.reset).
@@ -175,11 +182,12 @@ class CALMPlanner:
 
   `candidates[b]`, `scores[b]` (one per candidate) and `picked[b]` record row
   b's last turn, None where the row gave no reply or did not plan. With n > 1
-  the party samples at `temp` (a greedy party would draw N equal candidates).
+  the party samples candidates at `temp` (candidate 0 greedily when `greedy`)
+  and imagined continuations at `temp`.
   """
 
   def __init__(self, party: simulators.LMParty, n: int = 1, m: int = 1, h: int = 6,
-               score: str = "reward_token", temp: float = 1.0):
+               score: str = "reward_token", temp: float = 1.0, greedy: int = 1):
     if not isinstance(party, simulators.LMParty) or party.role != simulators.AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -190,6 +198,7 @@ class CALMPlanner:
     if score not in SCORES:
       raise ValueError(f"CALM planning score {score!r}: expected one of {SCORES}")
     self.party, self.n, self.m, self.h, self.score = party, n, m, h, score
+    self.greedy = bool(greedy)
     self.role = party.role
     self.replicas = n * m if n > 1 else 1
     tok = party.tokenizer
@@ -206,6 +215,11 @@ class CALMPlanner:
     if len(contexts) != len(seeds):
       raise ValueError(f"CALMPlanner.reset: {len(contexts)} contexts and {len(seeds)} seeds")
     r = self.replicas
+    if self.n > 1:  # Per replica: candidate 0 (replicas 0..m-1) greedy, the others sampled.
+      temp = self.sampling["temperature"]
+      candidate_R = np.tile(np.arange(r) // self.m, len(seeds))
+      self.party.sampling["temperature"] = np.where(
+          (candidate_R == 0) & self.greedy, 0.0, temp).astype(np.float32)
     self.party.reset([c for c in contexts for _ in range(r)],
                      [_seed(s, _CANDIDATE_STREAM, j) for s in seeds for j in range(r)])
     self._keys = jax.vmap(jax.random.key)(jnp.asarray(
@@ -336,8 +350,9 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
   """'calm:n=4,m=2,h=6:PATH' -> ({'n': 4, 'm': 2, 'h': 6}, 'PATH')."""
   match = _SPEC_RE.match(spec)
   if match is None:
-    raise ValueError(f"party spec {spec!r}: expected calm:[n=N,m=M,h=H,score=S,temp=T:]PATH")
-  types = {"n": int, "m": int, "h": int, "score": str, "temp": float}
+    raise ValueError(f"party spec {spec!r}: expected "
+                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G:]PATH")
+  types = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int}
   options = {}
   for item in filter(None, (match["options"] or "").split(",")):
     name, _, value = item.partition("=")

@@ -105,10 +105,23 @@ def test_one_candidate_is_plain_sampling(tokenizer):
   assert planner.picked == [None, None] and len(results) == 2
 
 
+@pytest.mark.parametrize("greedy", [1, 0])
+def test_candidate_zero_is_the_greedy_reply(tokenizer, greedy):
+  planner = planning.CALMPlanner(untrained_party(tokenizer), n=3, m=2, h=1, greedy=greedy)
+  _play(planner, max_turns=2)  # One agent turn per dialogue: `candidates` are its.
+  plain = untrained_party(tokenizer)
+  plain.sampling["temperature"] = 0.0
+  for b, result in enumerate(_play(plain, max_turns=2)):
+    greedy_reply = [t.text for t in result.turns if t.speaker == simulators.AGENT][0]
+    assert (planner.candidates[b][0] == greedy_reply) == bool(greedy)
+  assert planner.sampling["temperature"] == 1.0  # Imagined turns are still sampled.
+
+
 def test_spec_options_and_errors():
   assert planning.parse_spec("calm:n=4,m=2,h=6,score=head:/runs/calm") == (
       {"n": 4, "m": 2, "h": 6, "score": "head"}, "/runs/calm")
   assert planning.parse_spec("calm:/runs/calm") == ({}, "/runs/calm")
+  assert planning.parse_spec("calm:greedy=0:/runs/calm") == ({"greedy": 0}, "/runs/calm")
   with pytest.raises(ValueError, match="unknown CALM option 'k'"):
     planning.parse_spec("calm:k=4:/runs/calm")
   with pytest.raises(ValueError, match="is not a int"):

@@ -51,6 +51,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       horizon=6,  # Imagined utterances per continuation (both sides).
       score="reward_token",  # "reward_token" | "head" (calm/planning.py says why).
       temperature=1.0,  # Sampling of candidates and imagined turns.
+      greedy_candidate=1,  # Candidate 0 is the greedy reply: planning never lacks it.
   ))
 
 
