@@ -438,6 +438,33 @@ class LMParty:
     self.logprobs = [[0.0] * len(p) for p in prompts]
     self.compactions = 0
 
+  def load_histories(self, histories: Sequence[Sequence[Turn]]) -> None:
+    """After `reset`: each row takes in its history as if it had played it, its own turns
+    included (up to its last one), so the next `respond` continues from there. For
+    measuring a party at states it did not reach itself (cotraining/sharpness.py); the
+    loaded turns count as read, not sampled."""
+    tok = self.tokenizer
+    if len(histories) != len(self.token_ids):
+      raise ValueError(f"LMParty.load_histories: {len(histories)} histories for "
+                       f"{len(self.token_ids)} rows (reset)")
+    for b, history in enumerate(histories):
+      own = [k for k, turn in enumerate(history) if turn.speaker == self.role]
+      loaded = history[:own[-1] + 1] if own else []
+      for turn, text_ids in zip(loaded, tok.encode_batch([t.text for t in loaded])):
+        ids = [tok.speaker_token_ids[turn.speaker], *text_ids, tok.eot_id]
+        self.token_ids[b] += ids
+        self.sampled[b] += [False] * len(ids)
+        self.logprobs[b] += [0.0] * len(ids)
+      self._seen[b], self._last[b] = len(loaded), loaded[-1].text if loaded else None
+      if len(self.token_ids[b]) + 1 + self.max_new_tokens > self.row_limit:
+        raise ValueError(f"LMParty({self.role}), row {b}: a history of {len(loaded)} turns "
+                         f"leaves no room for a turn in row_limit={self.row_limit}")
+    prefix_BxPxD = None
+    if self.prefix_fields_BxPxF is not None:
+      prefix_BxPxD = self.decoder.embed_prefix(jnp.asarray(self.prefix_fields_BxPxF))
+    self._state = start_state(self.decoder, self.token_ids, tok.pad_id, self.chunk,
+                              self.cache_len, prefix_BxPxD)
+
   def _new_tokens(self, b: int, history: Sequence[Turn]) -> list[int]:
     """Row b's block to append: close an unfinished turn, the new turns, our speaker token."""
     tok, seen = self.tokenizer, self._seen[b]
