@@ -54,6 +54,11 @@ def word_tokens(text: str) -> list[str]:
           for sentence in _SENTENCES.tokenize(text) for token in _WORDS.tokenize(sentence)]
 
 
+def sentences(text: str) -> list[str]:
+  """Punkt's sentences of `text` (the unit Persuasion for Good's strategies are annotated on)."""
+  return _SENTENCES.tokenize(text)
+
+
 def _joined_tokens(text: str) -> str:
   return " ".join(word_tokens(text))
 
