@@ -352,18 +352,9 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
   if match is None:
     raise ValueError(f"party spec {spec!r}: expected "
                      "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G:]PATH")
-  types = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int}
-  options = {}
-  for item in filter(None, (match["options"] or "").split(",")):
-    name, _, value = item.partition("=")
-    if name not in types:
-      raise ValueError(f"party spec {spec!r}: unknown CALM option {name!r}; known: "
-                       f"{sorted(types)}")
-    try:
-      options[name] = types[name](value)
-    except ValueError:
-      raise ValueError(f"party spec {spec!r}: CALM option {name}={value!r} is not "
-                       f"a {types[name].__name__}") from None
+  options = simulators.parse_options(
+      spec, match["options"] or "",
+      {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int}, "CALM")
   return options, match["inner"]
 
 

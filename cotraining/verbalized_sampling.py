@@ -166,17 +166,8 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
   match = _SPEC_RE.match(spec)
   if match is None:
     raise ValueError(f"party spec {spec!r}: expected vs:[k=K,pick=RULE,t=T:]PATH")
-  types = {"k": int, "pick": str, "t": float}
-  options = {}
-  for item in filter(None, (match["options"] or "").split(",")):
-    name, _, value = item.partition("=")
-    if name not in types:
-      raise ValueError(f"party spec {spec!r}: unknown VS option {name!r}; known: {sorted(types)}")
-    try:
-      options[name] = types[name](value)
-    except ValueError:
-      raise ValueError(f"party spec {spec!r}: VS option {name}={value!r} is not "
-                       f"a {types[name].__name__}") from None
+  options = simulators.parse_options(spec, match["options"] or "",
+                                     {"k": int, "pick": str, "t": float}, "VS")
   return options, match["inner"]
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from cotraining import verbalized_sampling
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.dialogue import Turn
+from ilql_dialogue import simulators
 
 PREFIX = "vs_llm:"
 PICKS = verbalized_sampling.PICKS
@@ -245,17 +246,7 @@ def parse_spec(spec: str) -> dict[str, Any]:
   """'vs_llm:k=5,base_url=URL,model=M' -> {'k': 5, 'base_url': URL, 'model': M}."""
   if not spec.startswith(PREFIX):
     raise ValueError(f"party spec {spec!r}: expected {PREFIX}k=K,base_url=URL,model=NAME,...")
-  options = {}
-  for item in filter(None, spec[len(PREFIX):].split(",")):
-    name, _, value = item.partition("=")
-    if name not in _OPTION_TYPES:
-      raise ValueError(f"party spec {spec!r}: unknown option {name!r}; "
-                       f"known: {sorted(_OPTION_TYPES)}")
-    try:
-      options[name] = _OPTION_TYPES[name](value)
-    except ValueError:
-      raise ValueError(f"party spec {spec!r}: {name}={value!r} is not a "
-                       f"{_OPTION_TYPES[name].__name__}") from None
+  options = simulators.parse_options(spec, spec[len(PREFIX):], _OPTION_TYPES)
   missing = {"base_url", "model"} - set(options)
   if missing:
     raise ValueError(f"party spec {spec!r}: needs {sorted(missing)}")

@@ -541,6 +541,23 @@ class LMParty:
 # --- Specs -------------------------------------------------------------------
 
 
+def parse_options(spec: str, text: str, types: Mapping[str, type], what: str = "") -> dict[str, Any]:
+  """A wrapper spec's options, 'k=3,pick=tail' -> {'k': 3, 'pick': 'tail'}, each cast to its
+  type in `types`; errors name the whole spec (`what`: whose options, e.g. "VS")."""
+  whose = f"{what} option" if what else "option"
+  options = {}
+  for item in filter(None, text.split(",")):
+    name, _, value = item.partition("=")
+    if name not in types:
+      raise ValueError(f"party spec {spec!r}: unknown {whose} {name!r}; known: {sorted(types)}")
+    try:
+      options[name] = types[name](value)
+    except ValueError:
+      raise ValueError(f"party spec {spec!r}: {whose} {name}={value!r} is not a "
+                       f"{types[name].__name__}") from None
+  return options
+
+
 def load_class(spec: str, role: str) -> Party:
   """Instantiates `module.path:ClassName` and checks it speaks the protocol."""
   module_name, _, class_name = spec.partition(":")
