@@ -2,7 +2,7 @@
 
     python -m data_pipelines.build_dataset --dialogues=FILE.jsonl \
         --tokenizer=DIR --role=ROLE --max_length=N --out=DIR \
-        [--train_tokenizer --vocab_size=V] [--roles=a,b]
+        [--train_tokenizer --vocab_size=V] [--roles=a,b] [--num_proc=N]
 
 With --train_tokenizer a byte-level BPE is trained on the dialogues (turn texts
 and serialized private contexts) and saved to --tokenizer; otherwise
@@ -23,7 +23,6 @@ import datasets
 from absl import flags, logging
 
 from data_pipelines import mdp, mdp_dataset
-from data_pipelines.dialogue import read_jsonl
 from data_pipelines.tokenization import load_tokenizer, train_tokenizer
 from experiments import cli
 
@@ -49,6 +48,11 @@ _SKIP_NO_ACTIONS = flags.DEFINE_bool(
     "Skip (and count) dialogues where the role has no action in the window, instead of failing.")
 
 
+_NUM_PROC = flags.DEFINE_integer("num_proc", 1, "Worker processes tokenizing blocks of the "
+                                 "file in parallel (the dataset is the same row for row).",
+                                 lower_bound=1)
+
+
 def main(argv: list[str]) -> None:
   del argv
   datasets.disable_progress_bars()
@@ -71,18 +75,14 @@ def main(argv: list[str]) -> None:
     tokenizer.save(_TOKENIZER.value)
   else:
     tokenizer = load_tokenizer(_TOKENIZER.value, roles)
-  skipped: list[str] = []
-
-  def on_no_actions(dialogue_id: str, reason: str) -> None:
-    logging.warning("skipped: %s", reason)
-    skipped.append(dialogue_id)
-
   with tempfile.TemporaryDirectory(prefix="mdp_cache_") as cache_dir:
-    ds = mdp_dataset.build_dataset(
-        read_jsonl(_DIALOGUES.value), tokenizer, _ROLE.value, _MAX_LENGTH.value,
-        include_context=not _NO_CONTEXT.value,
-        on_no_actions=on_no_actions if _SKIP_NO_ACTIONS.value else None,
-        cache_dir=cache_dir)
+    ds, skipped = mdp_dataset.build_dataset_from_file(
+        _DIALOGUES.value, tokenizer, _ROLE.value, _MAX_LENGTH.value,
+        num_proc=_NUM_PROC.value, include_context=not _NO_CONTEXT.value,
+        skip_no_actions=_SKIP_NO_ACTIONS.value, cache_dir=cache_dir)
+    for dialogue_id in skipped:
+      logging.warning("skipped %s: no action of role %s inside the window", dialogue_id,
+                      _ROLE.value)
     if os.path.exists(_OUT.value):
       shutil.rmtree(_OUT.value)
     ds.save_to_disk(_OUT.value)

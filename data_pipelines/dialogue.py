@@ -103,10 +103,18 @@ def write_jsonl(path: str, dialogues: Iterable[Dialogue]) -> int:
   return n
 
 
-def read_jsonl(path: str) -> Iterator[Dialogue]:
-  """Streams dialogues; a bad line raises DialogueFormatError with `path:line`."""
+def read_jsonl(path: str, lines: tuple[int, int] | None = None) -> Iterator[Dialogue]:
+  """Streams dialogues; a bad line raises DialogueFormatError with `path:line`.
+
+  `lines` = (first, end): only line numbers first <= n < end (1-based) are parsed,
+  so parallel workers each parse their own block of the file."""
+  first, end = lines or (1, None)
   with open(path, encoding="utf-8") as f:
     for lineno, line in enumerate(f, start=1):
+      if lineno < first:
+        continue
+      if end is not None and lineno >= end:
+        break
       if not line.strip():
         continue
       where = f"{path}:{lineno}"

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from data_pipelines import mdp, tokenization
-from data_pipelines.dialogue import Dialogue, read_jsonl
+from data_pipelines.dialogue import Dialogue, DialogueFormatError, read_jsonl
 from data_pipelines.tokenization import DialogueTokenizer
 
 FEATURES = datasets.Features({
@@ -83,6 +83,86 @@ def build_dataset(
       raise ValueError(
           f"no MDP example for role {role!r}: {counts['read']} dialogues read, none kept") from None
     raise
+
+
+def build_dataset_from_file(
+    path: str,
+    tokenizer: DialogueTokenizer,
+    role: str,
+    max_length: int,
+    *,
+    num_proc: int = 1,
+    serialize_context: mdp.SerializeContext = mdp.json_context,
+    include_context: bool = True,
+    skip_no_actions: bool = False,
+    cache_dir: str | None = None,
+) -> tuple[datasets.Dataset, list[str]]:
+  """`build_dataset` of a JSON-lines file in `num_proc` processes: (dataset, skipped ids).
+
+  Worker w tokenizes the w-th contiguous block of lines (datasets'
+  `from_generator` shards list-valued gen_kwargs), and the blocks are
+  concatenated in order, so the result is the one-process dataset row for
+  row. Dialogues without an action are an error unless `skip_no_actions`;
+  skipped ones are found afterwards by id (workers cannot call back), so none
+  disappears unreported.
+  """
+  if num_proc < 1:
+    raise ValueError(f"num_proc must be >= 1, got {num_proc}")
+  skipped: list[str] = []
+  if num_proc == 1:
+    ds = build_dataset(read_jsonl(path), tokenizer, role, max_length,
+                       serialize_context=serialize_context, include_context=include_context,
+                       on_no_actions=(lambda dialogue_id, _: skipped.append(dialogue_id))
+                       if skip_no_actions else None, cache_dir=cache_dir)
+    return ds, skipped
+  with open(path, encoding="utf-8") as f:
+    num_lines = sum(1 for _ in f)
+  bounds = np.linspace(1, num_lines + 1, num_proc + 1).round().astype(int)
+  blocks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+  cache_dir = cache_dir or tempfile.mkdtemp(prefix="mdp_dataset_")
+  try:
+    ds = datasets.Dataset.from_generator(
+        _block_examples, features=FEATURES, cache_dir=cache_dir,
+        fingerprint=uuid.uuid4().hex, num_proc=num_proc,
+        gen_kwargs=dict(blocks=blocks, path=path, tokenizer=tokenizer, role=role,
+                        max_length=max_length, serialize_context=serialize_context,
+                        include_context=include_context, skip_no_actions=skip_no_actions))
+  except datasets.exceptions.DatasetGenerationError as e:
+    raise _worker_error(e) from None
+  if skip_no_actions:
+    kept = set(ds["dialogue_id"])
+    skipped = [d.dialogue_id for d in read_jsonl(path) if d.dialogue_id not in kept]
+  return ds, skipped
+
+
+_DATA_ERRORS = {cls.__name__: cls for cls in (mdp.NoActionsError, DialogueFormatError)}
+
+
+def _worker_error(error: BaseException) -> BaseException:
+  """The bad-data error a worker process raised, as its own class and message (file, line,
+  field), out of the traceback text the process pool hands back; else `error`."""
+  cause = error.__cause__
+  while cause is not None and "Traceback" not in str(cause):
+    cause = cause.__cause__
+  for line in reversed(str(cause or "").splitlines()):
+    name, sep, message = line.strip().partition(": ")
+    if sep and name.rsplit(".", 1)[-1] in _DATA_ERRORS:
+      return _DATA_ERRORS[name.rsplit(".", 1)[-1]](message)
+  return error
+
+
+def _block_examples(blocks, path, tokenizer, role, max_length, serialize_context,
+                    include_context, skip_no_actions) -> Iterator[dict[str, Any]]:
+  """A worker's examples: its blocks of `path`'s lines, in order."""
+  for block in blocks:
+    for dialogue in read_jsonl(path, block):
+      try:
+        yield mdp.dialogue_to_example(dialogue, tokenizer, role, max_length,
+                                      serialize_context=serialize_context,
+                                      include_context=include_context)
+      except mdp.NoActionsError:
+        if not skip_no_actions:
+          raise
 
 
 def load_mdp_dataset(directory: str) -> datasets.Dataset:

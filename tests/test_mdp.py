@@ -280,3 +280,40 @@ def test_cli_trains_tokenizer_builds_and_reports(tmp_path):
   assert stats["tokens"] == sum(ds["length"][:]) and stats["vocab_size"] <= 300
   assert set(ds["role"][:]) == {"customer"}
   assert os.path.exists(tmp_path / "ds" / "tokenizer" / "tokenizer.json")
+
+
+def test_parallel_build_is_the_one_process_dataset_row_for_row(tmp_path):
+  """build_dataset_from_file with 2 workers: contiguous blocks, concatenated in order; a
+  dialogue without actions is an error, or skipped and reported by id."""
+  from data_pipelines.mdp_dataset import build_dataset_from_file
+
+  path = str(tmp_path / "d.jsonl")
+  dialogues = corpus(7) + [dialogue([Turn("customer", "anyone?")], dialogue_id="silent")] + corpus(3)
+  write_jsonl(path, dialogues)
+  with pytest.raises(mdp.NoActionsError, match="silent"):
+    build_dataset_from_file(path, tok(), "agent", 96, num_proc=2, cache_dir=str(tmp_path / "a"))
+  one, skipped_one = build_dataset_from_file(path, tok(), "agent", 96, skip_no_actions=True,
+                                             cache_dir=str(tmp_path / "b"))
+  two, skipped_two = build_dataset_from_file(path, tok(), "agent", 96, num_proc=2,
+                                             skip_no_actions=True, cache_dir=str(tmp_path / "c"))
+  assert skipped_one == skipped_two == ["silent"]
+  assert len(one) == len(two) == 10
+  assert one.to_dict() == two.to_dict()
+
+
+def test_read_jsonl_reads_only_its_lines(tmp_path):
+  path = str(tmp_path / "d.jsonl")
+  write_jsonl(path, corpus(5))
+  assert [d.dialogue_id for d in read_jsonl(path, (2, 4))] == ["d1", "d2"]
+
+
+def test_parallel_build_names_a_bad_record(tmp_path):
+  from data_pipelines.mdp_dataset import build_dataset_from_file
+
+  path = tmp_path / "bad.jsonl"
+  write_jsonl(str(path), corpus(4))
+  with open(path, "a") as f:
+    f.write('{"dialogue_id": "x", "roles": ["agent"], "turns": [{"speaker": "pilot", "text": "hi"}]}\n')
+  with pytest.raises(ValueError, match=r"bad.jsonl:5: field 'turns\[0\].speaker'"):
+    build_dataset_from_file(str(path), tok(), "agent", 96, num_proc=2,
+                            cache_dir=str(tmp_path / "cache"))
