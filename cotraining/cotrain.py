@@ -16,7 +16,8 @@ The simulator's reward is a function of how the policy did in the group
   curriculum  AirDialogue: exp(-(Var - 0.25)^2 / 0.02) of the policy's 0/1 successes,
               one value per group, so its advantages are normalized over the batch
               (within a group they would all be 0)
-  zero_sum    Persuasion for Good: 1 - donation / 2, the policy's reward being donation / 2;
+  zero_sum    Persuasion for Good: 1 - donation / 2 when the persuadee stated a donation
+              (0 otherwise: silence must not pay), the policy's reward being donation / 2;
               group-normalized like the policy's
 
 The simulator reads its private context as text (the AirDialogue customer
@@ -59,11 +60,12 @@ SIM_PREFIX = "sim_"  # Batch keys of the simulator's arrays.
 METRIC_PREFIX = "simulator/"
 DEFAULT_KL_COEF = 0.005
 
-# (the policy's rewards [N, G]) -> the simulator's rewards [N, G].
-SIMULATOR_REWARDS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    "curriculum": sim_rewards.curriculum_reward,
-    "zero_sum": lambda rewards_NxG: sim_rewards.zero_sum_reward(
-        sim_rewards.MAX_DONATION * np.asarray(rewards_NxG)),
+# (the policy's rewards [N, G], whether each dialogue ended with its outcome stated [N, G])
+# -> the simulator's rewards [N, G].
+SIMULATOR_REWARDS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "curriculum": lambda rewards_NxG, _: sim_rewards.curriculum_reward(rewards_NxG),
+    "zero_sum": lambda rewards_NxG, stated_NxG: sim_rewards.zero_sum_reward(
+        sim_rewards.MAX_DONATION * np.asarray(rewards_NxG), stated_NxG),
 }
 # Rewards that are one value per group: their advantages are taken over the whole batch, since
 # a group baseline would cancel them exactly and leave the simulator no signal.
@@ -146,8 +148,11 @@ class CoTraining:
     return CoTrainedPair(bc.lm_from_config(config, rngs),
                          bc.lm_from_config(simulator_config(config), rngs))
 
-  def simulator_rewards(self, rewards_NxG: np.ndarray) -> np.ndarray:
-    return np.asarray(SIMULATOR_REWARDS[self.simulator_reward](rewards_NxG), np.float32)
+  def simulator_rewards(self, rewards_NxG: np.ndarray,
+                        stated_NxG: np.ndarray | None = None) -> np.ndarray:
+    stated_NxG = np.ones(np.shape(rewards_NxG), bool) if stated_NxG is None else stated_NxG
+    return np.asarray(SIMULATOR_REWARDS[self.simulator_reward](rewards_NxG, stated_NxG),
+                      np.float32)
 
   def prepare(self, model: CoTrainedPair, arrays: Mapping[str, np.ndarray],
               rewards_NxG: np.ndarray) -> dict[str, np.ndarray]:
@@ -156,7 +161,9 @@ class CoTraining:
     if not simulator_arrays:
       raise ValueError("co-training: the rollout batch holds no simulator arrays (sim_*)")
     prepared = self.policy.prepare(model, policy_arrays, rewards_NxG)
-    simulator_rewards_NxG = self.simulator_rewards(rewards_NxG)
+    stated = policy_arrays.get("outcome_stated")
+    simulator_rewards_NxG = self.simulator_rewards(
+        rewards_NxG, None if stated is None else np.asarray(stated).reshape(rewards_NxG.shape))
     simulator_arrays = dict(simulator_arrays, reward=simulator_rewards_NxG.reshape(-1),
                             num_turns=policy_arrays["num_turns"])
     baseline_rewards = (simulator_rewards_NxG.reshape(1, -1)

@@ -93,4 +93,9 @@ def collect(env: environment.Environment, role: str, learner: LMParty,
   arrays = learner_arrays(learner, seq_len)
   arrays["reward"] = rewards_R
   arrays["num_turns"] = np.asarray([len(e.turns) for e in episodes], np.int32)
+  # Whether each dialogue ended with the task's outcome stated (env.OUTCOME: the agent's action,
+  # the persuadee's donation); an environment without one counts every ending.
+  outcome = getattr(env, "OUTCOME", None)
+  arrays["outcome_stated"] = np.asarray([outcome is None or e.end_reason == outcome
+                                         for e in episodes], bool)
   return Rollouts(episodes, rewards_R.reshape(len(scenarios), group_size), arrays)

@@ -23,9 +23,15 @@ CURRICULUM_TARGET_VAR = 0.25  # A 0/1 success's largest variance, at success rat
 CURRICULUM_WIDTH = 0.02
 
 
-def zero_sum_reward(donation: np.ndarray) -> np.ndarray:
-  """The persuadee simulator's reward 1 - donation / 2 for donations in dollars."""
-  return 1.0 - np.clip(np.asarray(donation, np.float64), 0.0, MAX_DONATION) / MAX_DONATION
+def zero_sum_reward(donation: np.ndarray, stated: np.ndarray | None = None) -> np.ndarray:
+  """The persuadee simulator's reward 1 - donation / 2 for donations in dollars.
+
+  Only a stated donation earns it: where `stated` is False (no statement, an
+  unparsable one, the turn limit) the reward is 0, or a simulator would learn
+  that never answering is worth as much as refusing to give.
+  """
+  reward = 1.0 - np.clip(np.asarray(donation, np.float64), 0.0, MAX_DONATION) / MAX_DONATION
+  return reward if stated is None else np.where(np.asarray(stated, bool), reward, 0.0)
 
 
 def curriculum_reward(success_NxG: np.ndarray) -> np.ndarray:

@@ -19,6 +19,9 @@ An environment defines:
   ending         (scenario, role, text) -> an Ending when that turn ends the
                  dialogue (e.g. an action block), else None
   reward         Episode -> float, the return of the whole dialogue
+  OUTCOME        (optional) the end reason of a dialogue that ended with the task's outcome
+                 stated (AirDialogue "action", P4G "donation"); co-training's zero-sum
+                 simulator reward pays only those
 
 The engine adds the endings every task shares: "turn_limit" (max_turns
 utterances without an ending) and "<role>_ended" (a party answered None for

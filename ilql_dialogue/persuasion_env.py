@@ -64,6 +64,7 @@ class PersuasionEnv:
 
   turn_order = (PERSUADER, PERSUADEE)
   seed_streams = {PERSUADER: 0, PERSUADEE: 1}
+  OUTCOME = DONATION  # The end reason of a dialogue whose outcome was stated.
 
   def __init__(self, dialogues: Sequence[Dialogue], no_donation_reward: float = 0.0):
     if not dialogues:

@@ -136,6 +136,7 @@ class AirDialogueEnv:
 
   turn_order = (CUSTOMER, AGENT)
   seed_streams = {AGENT: 0, CUSTOMER: 1}
+  OUTCOME = "action"  # The end reason of a dialogue whose outcome was stated.
   REWARDS = ("success", "soft")
 
   def __init__(self, reward: str = "success", kb_size: int = 30):

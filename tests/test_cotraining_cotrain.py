@@ -103,8 +103,8 @@ def test_both_sides_train_their_references_stay_and_the_simulator_saves_as_a_par
 def test_the_simulator_reward_reaches_only_the_simulator(tmp_path, monkeypatch):
   # The policy's reward is 0 everywhere (its advantages are 0); the simulator's varies.
   monkeypatch.setitem(cotrain.SIMULATOR_REWARDS, "varying",
-                      lambda rewards_NxG: np.arange(rewards_NxG.size, dtype=np.float32
-                                                    ).reshape(rewards_NxG.shape) % 2)
+                      lambda rewards_NxG, _: np.arange(rewards_NxG.size, dtype=np.float32
+                                                       ).reshape(rewards_NxG.shape) % 2)
   config = cotrain_config("varying")
   algorithm = registry.make_algorithm(config)
   workdir = str(tmp_path / "run")
@@ -113,6 +113,14 @@ def test_the_simulator_reward_reaches_only_the_simulator(tmp_path, monkeypatch):
   first = restore(workdir, 1)
   assert not changed(final.policy, final.reference) and not changed(first.policy, final.policy)
   assert changed(final.simulator, final.simulator_reference)
+
+
+def test_zero_sum_pays_the_simulator_only_for_a_stated_donation():
+  algorithm = registry.make_algorithm(cotrain_config("zero_sum"))
+  rewards_NxG = np.asarray([[0.0, 0.25, 0.0]], np.float32)  # The persuader's: donation / 2.
+  stated_NxG = np.asarray([[True, True, False]])
+  np.testing.assert_allclose(algorithm.simulator_rewards(rewards_NxG, stated_NxG),
+                             [[1.0, 0.75, 0.0]])
 
 
 def test_a_per_group_reward_is_baselined_over_the_batch():

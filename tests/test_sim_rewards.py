@@ -12,6 +12,13 @@ def test_zero_sum_reward_is_what_the_persuader_does_not_get():
                              [1.0, 0.75, 0.5, 0.0, 0.0, 1.0])
 
 
+def test_zero_sum_pays_only_a_stated_donation():
+  """A persuadee that never states a donation (or states it unreadably) earns nothing."""
+  np.testing.assert_allclose(
+      sim_rewards.zero_sum_reward(np.zeros(3), stated=np.array([True, False, False])),
+      [1.0, 0.0, 0.0])
+
+
 def test_curriculum_reward_peaks_when_the_policy_succeeds_half_the_time():
   success = np.array([[1, 0, 1, 0],    # Var 0.25: the peak.
                       [1, 1, 1, 1],    # Var 0: too easy.
