@@ -274,6 +274,11 @@ def task_workdir(path: str, what: str, step: int | None = None) -> ml_collection
   return config
 
 
+# The role an online evaluation's opponent plays, by the trained role (two-party tasks).
+OTHER_ROLE = {"agent": "customer", "customer": "agent",
+              "persuader": "persuadee", "persuadee": "persuader"}
+
+
 def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | None:
   """A party spec (ilql_dialogue/simulators.py) that can play `role`; the config of a
   training workdir's."""
@@ -397,8 +402,8 @@ def check_train_paths(config: ml_collections.ConfigDict, where: str = "config") 
                      source.path, source_what, extends=True)
     online = config.get("online_eval")
     if online is not None and online.get("num_dialogues", 0) > 0:
-      opponent = "customer" if config.task.role == "agent" else "agent"
-      check_party(online.opponent, opponent, f"{where}.online_eval.opponent")
+      check_party(online.opponent, OTHER_ROLE.get(config.task.role, "agent"),
+                  f"{where}.online_eval.opponent")
     return
   data = config.data
   if not data.get("dataset_dir"):

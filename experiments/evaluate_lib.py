@@ -17,6 +17,7 @@ import re
 import time
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 from flax import nnx
 
 from data_pipelines import mdp
@@ -145,3 +146,44 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
             **{f"return/beta={b:g}": s["success_rate"] for b, s in summaries.items()}}
 
   return eval_fn
+
+
+def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, opponent: str, *,
+                        num_dialogues: int = 64, seed: int = 2000, batch_size: int = 16,
+                        max_turns: int = 24, include_context: bool = True,
+                        serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
+                        opponent_options: Mapping[str, Any] | None = None,
+                        **lm_options: Any):
+  """An EvalFn that plays the model being trained, as `role`, in any environment
+  (ilql_dialogue/environment.py: e.g. Persuasion for Good's held-out personas) against
+  `opponent` in every other role: "return" is the mean of env.reward over the dialogues
+  (what online RL maximizes, so checkpoints are selected by it), with its standard error,
+  and the environment's own counts (`env.metrics`: P4G's stated, unparsable and missing
+  donations) where it has them. The scenarios are env.sample(seed, num_dialogues), fixed
+  across steps; keep `seed` apart from the training and test seeds."""
+  from ilql_dialogue import environment  # The engine; AirDialogue's path above predates it.
+
+  scenarios = env.sample(seed, num_dialogues)
+  others = {r: simulators.make_party(opponent, r, **(opponent_options or {}))
+            for r in env.turn_order if r != role}
+
+  def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
+    del step
+    party = simulators.LMParty(model, tokenizer, role, include_context=include_context,
+                               serialize_context=serialize_context, **lm_options)
+    episodes = []
+    for start in range(0, len(scenarios), batch_size):
+      episodes += environment.play(env, {**others, role: party},
+                                   scenarios[start:start + batch_size], max_turns=max_turns,
+                                   seed=seed)
+    rewards = np.asarray([env.reward(e) for e in episodes], np.float64)
+    out = {"return": float(rewards.mean()),
+           "return_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+           if len(rewards) > 1 else float("nan"),
+           "mean_turns": float(np.mean([len(e.turns) for e in episodes]))}
+    if hasattr(env, "metrics"):
+      out.update({k: v for k, v in env.metrics(episodes).items() if k not in out})
+    return out
+
+  return eval_fn
+

@@ -82,13 +82,28 @@ def loss_eval(algorithm, dataset, config: ml_collections.ConfigDict) -> train_lo
 
 
 def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | None:
-  """Plays the model on held-out AirDialogue scenarios at each evaluation
-  (config.online_eval, off when num_dialogues is 0): the "return" that
-  config.selection keeps the best checkpoint by."""
+  """Plays the model on held-out scenarios at each evaluation (config.online_eval, off
+  when num_dialogues is 0): the "return" that config.selection keeps the best checkpoint
+  by. AirDialogue's success by default; with `rl.env` another environment (P4G), its
+  mean reward on the `online_eval.split` ("eval") scenarios."""
   online = config.get("online_eval")
   if online is None or online.num_dialogues <= 0:
     return None
   from experiments import evaluate_lib
+  rl = config.get("rl")
+  if rl is not None and rl.get("env", "airdialogue") != "airdialogue":
+    from cotraining import launch  # The environments' table.
+
+    held_out = ml_collections.ConfigDict(rl.to_dict())
+    held_out.split = online.get("split", "eval")
+    return evaluate_lib.environment_eval_fn(
+        launch.make_env(held_out), task.tokenizer, task.role, online.opponent,
+        num_dialogues=online.num_dialogues, seed=online.seed, batch_size=online.batch_size,
+        max_turns=online.max_turns, include_context=task.include_context,
+        serialize_context=task.serialize_context, temperature=online.temperature,
+        max_new_tokens=online.max_new_tokens,
+        opponent_options={"temperature": rl.get("opponent_temperature", 1.0),
+                          "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, online.opponent, num_dialogues=online.num_dialogues,
       seed=online.seed, batch_size=online.batch_size, max_turns=online.max_turns,

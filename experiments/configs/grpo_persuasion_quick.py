@@ -16,8 +16,10 @@ persuadee workdir answers and ends by stating its donation
 donation / 2. Each rollout batch is 4 scenarios x 4 rollouts, one pass of 2
 minibatches, so a checkpoint every 20 steps is at a rollout boundary (exact
 resume). The GRPO settings are ../shared/BRIEF.md §5's (clip 0.2 / 0.28, k3 KL
-0.005, temperature 0.7, group rollouts). No online evaluation: the launcher's
-is AirDialogue's; the mean donation is the train reward x 2.
+0.005, temperature 0.7, group rollouts). Every 20 steps the persuader plays 32
+personas of the HELD-OUT dialogues (split "eval", seed 2000) greedily against
+the same persuadee: "return" is the mean donation / 2 (no statement: 0), with
+the stated / unparsable / missing counts, and selects the checkpoint.
 """
 
 import ml_collections
@@ -46,8 +48,11 @@ def get_config() -> ml_collections.ConfigDict:
       scenario_seed=100_000,
       seq_len=1024,  # = model.max_seq_len: the longest dialogue a party can hold.
   ))
-  c.train.update(steps=200, batch_size=8, log_every=2, eval_every=0, checkpoint_every=20,
-                 eval_at_start=False)
+  c.train.update(steps=200, batch_size=8, log_every=2, eval_every=20, checkpoint_every=20,
+                 eval_at_start=True)
   c.optim.update(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0)
-  c.selection.metric = ""
+  c.online_eval = ml_collections.ConfigDict(dict(
+      num_dialogues=32, opponent=c.rl.get_ref("opponent"), split="eval", seed=2000,
+      batch_size=16, max_turns=24, temperature=0.0, max_new_tokens=48))
+  c.selection.metric = "return"
   return c
