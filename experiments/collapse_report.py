@@ -22,6 +22,7 @@ simulator over steps, means over seeds. Writes collapse.md and collapse.json.
 
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import math
@@ -86,6 +87,19 @@ def agent_utterances(transcripts: Sequence[str]) -> list[str]:
   return out
 
 
+def action_statuses(transcripts: Sequence[str]) -> dict[str, float]:
+  """Shares of the statuses the agent submitted (no action: "none"): a policy that games the
+  base rate (always `no_flight`) shows here before it shows in success."""
+  counts: collections.Counter[str] = collections.Counter()
+  for path in transcripts:
+    with open(path) as f:
+      for line in f:
+        action = json.loads(line).get("action")
+        counts[action["status"] if action else "none"] += 1
+  total = sum(counts.values()) or 1
+  return {status: n / total for status, n in counts.most_common()}
+
+
 def training_log(workdir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
   """(train records, eval records) of a run's metrics.jsonl."""
   train, evals = [], []
@@ -114,6 +128,7 @@ def arm_report(name: str, seeds: Sequence[str], compare_dir: str, training_tag: 
   utterances = agent_utterances([f[t]["transcripts"] for f in per_seed for t in held_out_tags])
   sample = [utterances[i] for i in sorted(rng.choice(
       len(utterances), min(DIVERSITY_SAMPLE, len(utterances)), replace=False))]
+  row["statuses"] = action_statuses([f[t]["transcripts"] for f in per_seed for t in held_out_tags])
   row.update(utterances=len(utterances), distinct_1=text_metrics.distinct_n(utterances, 1),
              distinct_2=text_metrics.distinct_n(utterances, 2),
              self_bleu=text_metrics.self_bleu(sample))
@@ -148,6 +163,9 @@ def to_markdown(rows: dict[str, dict[str, Any]], training_simulator: str) -> str
   for name, r in rows.items():
     lines.append(f"| {name} | {r['seeds']} | {pm(r['training'])} | {pm(r['held_out_success'])} | "
                  + " | ".join(pm(r["per_held_out"][t]) for t in first["held_out"]) + " |")
+  lines += ["", "Statuses the agent submitted against the held-out customers (shares):", ""]
+  for name, r in rows.items():
+    lines.append(f"- {name}: " + ", ".join(f"{k} {v:.2f}" for k, v in r["statuses"].items()))
   lines += ["", "| arm | policy entropy (first -> last) | distinct-1 | distinct-2 | Self-BLEU | "
             "agent utterances | simulator entropy (first -> last) | simulator reward "
             "(first -> last) |", "|---|---|---:|---:|---:|---:|---|---|"]

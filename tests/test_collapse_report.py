@@ -24,8 +24,9 @@ def _write_eval(compare, label, tag, success, agent_texts):
     json.dump({"n": 10, "success_rate": success}, f)
   with open(compare / f"transcripts_{label}_beta0_T0_vs_{tag}.jsonl", "w") as f:
     for text in agent_texts:
+      action = {"status": "book"} if "[action]" in text else None
       f.write(json.dumps({"turns": [{"speaker": "customer", "text": "hi"},
-                                    {"speaker": "agent", "text": text}]}) + "\n")
+                                    {"speaker": "agent", "text": text}], "action": action}) + "\n")
 
 
 @pytest.fixture
@@ -56,6 +57,7 @@ def test_arm_report_means_over_seeds(experiment, tmp_path):
   assert row["entropy_last"][0] == pytest.approx(0.2)
   assert row["utterances"] == 8  # Held-out transcripts only; the action block removed:
   assert row["distinct_1"] == pytest.approx(2 / 12)  # "fine" x 8, "then" x 4... of 12 words.
+  assert row["statuses"] == {"book": 0.5, "none": 0.5}
   assert row["curves"]["validation"] == [(0, pytest.approx(0.1)), (4, pytest.approx(1.0))]
   text = collapse_report.to_markdown({"single": row}, "sim")
   assert "| single | 2 | 0.600 ± 0.100 | 0.400 ± 0.100 |" in text
