@@ -3,7 +3,7 @@ and the held-out panel, the policy's entropy and diversity, and curves over step
 
     python -m experiments.collapse_report --compare=runs/collapse/compare \
         --arms=single=runs/collapse/single_s0+runs/collapse/single_s1,vs=...,cotrain=... \
-        --training_simulator=runs/panel_airdialogue/customer_seed0 \
+        --training_simulator=runs/panel_airdialogue/customer_seed0 --start=start \
         --output_dir=runs/collapse/report
 
 `--compare` is the experiments.compare_agents workdir that played every arm
@@ -35,7 +35,7 @@ from absl import flags
 
 from data_pipelines.airdialogue import action_grammar
 from experiments import cli
-from ilql_dialogue import text_metrics
+from ilql_dialogue import policy_io, text_metrics
 
 SEED_SEP = "+"
 DIVERSITY_SAMPLE = 300  # Utterances per arm for Self-BLEU (quadratic in the sample).
@@ -137,6 +137,8 @@ def arm_report(name: str, seeds: Sequence[str], compare_dir: str, training_tag: 
     if all(key in train[0] for train, _ in logs):
       row[f"{key}_first"] = mean_stderr([train[0][key] for train, _ in logs])
       row[f"{key}_last"] = mean_stderr([train[-1][key] for train, _ in logs])
+  selected = [policy_io.selected(wd) or {} for wd in seeds]
+  row["selected_steps"] = [meta.get("step") for meta in selected]
   row["curves"] = {
       "train_reward": _mean_curve([[(r["step"], r["reward"]) for r in train] for train, _ in logs]),
       "validation": _mean_curve([[(r["step"], r["return"]) for r in evals if "return" in r]
@@ -178,18 +180,35 @@ def to_markdown(rows: dict[str, dict[str, Any]], training_simulator: str) -> str
   return "\n".join(lines) + "\n"
 
 
-def plot(rows: dict[str, dict[str, Any]], path: str) -> None:
+def start_held_out(compare_dir: str, start: str, training_tag: str) -> float:
+  """The starting agent's success averaged over the held-out customers: every arm's step 0."""
+  found = evaluations(compare_dir, start, 1)[0]
+  return float(np.mean([f["summary"]["success_rate"] for tag, f in found.items()
+                        if tag != training_tag]))
+
+
+def plot(rows: dict[str, dict[str, Any]], path: str, start: float | None = None) -> None:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  fig, axes = plt.subplots(1, 3, figsize=(16, 4))
   for name, r in rows.items():
     for ax, key in zip(axes, ("train_reward", "validation")):
       steps, values = zip(*r["curves"][key]) if r["curves"][key] else ((), ())
       ax.plot(steps, values, marker="o" if key == "validation" else None, label=name)
+    steps = [s for s in r.get("selected_steps", []) if s is not None]
+    if steps:  # Held-out success: the start at step 0, each arm at its selected checkpoints.
+      mean, se = r["held_out_success"]
+      axes[2].errorbar([0, np.mean(steps)] if start is not None else [np.mean(steps)],
+                       [start, mean] if start is not None else [mean],
+                       yerr=[0, se] if start is not None else [se], marker="o", capsize=3,
+                       label=name)
   axes[0].set(title="training reward (rollouts vs the arm's simulator)", xlabel="update")
   axes[1].set(title="validation success vs the frozen training simulator", xlabel="update")
-  axes[1].legend()
+  axes[2].set(title="held-out panel success (start; selected checkpoints)", xlabel="update")
+  for ax in axes[1:]:
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
@@ -217,7 +236,8 @@ def main(argv):
     out.write(table)
   with open(os.path.join(f.output_dir, "collapse.json"), "w") as out:
     json.dump(rows, out, indent=1)
-  plot(rows, os.path.join(f.output_dir, "collapse_curves.png"))
+  start = start_held_out(f.compare, f.start, training_tag) if f.start else None
+  plot(rows, os.path.join(f.output_dir, "collapse_curves.png"), start)
   print(table)
 
 
@@ -229,4 +249,6 @@ if __name__ == "__main__":
                       required=True)
   flags.DEFINE_string("output_dir", None, "Where collapse.md / .json / _curves.png go.",
                       required=True)
+  flags.DEFINE_string("start", "", "The comparison's name for the arms' starting agent: its "
+                      "held-out success is step 0 of the plot.")
   cli.run(main)
