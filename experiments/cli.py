@@ -25,7 +25,7 @@ import importlib.util
 import os
 import re
 import sys
-from typing import Any, Callable, Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import ml_collections
 from absl import app, flags
@@ -178,6 +178,17 @@ def output_dir(path: str, what: str) -> str:
   if os.path.exists(path) and not os.path.isdir(path):
     raise BadInput(f"{what}={path}: a file, not a directory")
   return path
+
+
+def named_seeds(items: Sequence[str], what: str) -> dict[str, list[str]]:
+  """["NAME=A+B+C", ...] (a list flag) -> {NAME: [A, B, C]}: one agent or run, several seeds."""
+  named = {}
+  for item in items:
+    name, sep, spec = item.partition("=")
+    if not (name and sep and spec):
+      raise BadInput(f"{what}: {item!r} is not NAME=SPEC[+SPEC...]")
+    named[name] = spec.split("+")
+  return named
 
 
 def output_file(path: str, what: str) -> str:

@@ -37,7 +37,6 @@ from data_pipelines.airdialogue import action_grammar
 from experiments import cli
 from ilql_dialogue import policy_io, text_metrics
 
-SEED_SEP = "+"
 DIVERSITY_SAMPLE = 300  # Utterances per arm for Self-BLEU (quadratic in the sample).
 
 
@@ -217,12 +216,8 @@ def plot(rows: dict[str, dict[str, Any]], path: str, start: float | None = None)
 def main(argv):
   del argv
   f = flags.FLAGS
-  arms = {}
-  for item in f.arms:
-    name, sep, spec = item.partition("=")
-    if not (name and sep and spec):
-      raise cli.BadInput(f"--arms: {item!r} is not NAME=WORKDIR[+WORKDIR...]")
-    arms[name] = spec.split(SEED_SEP)
+  arms = cli.named_seeds(f.arms, "--arms")
+  for name in arms:
     for wd in arms[name]:
       cli.existing_file(os.path.join(wd, "metrics.jsonl"), f"--arms {name}")
   cli.existing_dir(f.compare, "--compare")

@@ -181,13 +181,10 @@ def main(argv):
   del argv
   f = flags.FLAGS
   agents = {}
-  for item in f.agents:
-    name, sep, spec = item.partition("=")
-    if not (name and sep and spec):
-      raise cli.BadInput(f"--agents: {item!r} is not NAME=SPEC")
-    for seed_spec in spec.split(SEED_SEP):
+  for name, seed_specs in cli.named_seeds(f.agents, "--agents").items():
+    for seed_spec in seed_specs:
       cli.check_party(seed_spec, "agent", f"--agents {name}")
-    agents[name] = spec
+    agents[name] = SEED_SEP.join(seed_specs)
   customers = list(f.customers)
   for customer in customers:
     cli.check_party(customer, "customer", "--customers")
