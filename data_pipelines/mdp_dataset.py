@@ -6,6 +6,9 @@ Arrow shards as it goes, so memory stays bounded by one writer batch.
 
 from __future__ import annotations
 
+import concurrent.futures
+import multiprocessing
+import os
 import tempfile
 import uuid
 from typing import Any, Callable, Iterable, Iterator
@@ -15,7 +18,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from data_pipelines import mdp, tokenization
-from data_pipelines.dialogue import Dialogue, DialogueFormatError, read_jsonl
+from data_pipelines.dialogue import Dialogue, read_jsonl
 from data_pipelines.tokenization import DialogueTokenizer
 
 FEATURES = datasets.Features({
@@ -99,70 +102,58 @@ def build_dataset_from_file(
 ) -> tuple[datasets.Dataset, list[str]]:
   """`build_dataset` of a JSON-lines file in `num_proc` processes: (dataset, skipped ids).
 
-  Worker w tokenizes the w-th contiguous block of lines (datasets'
-  `from_generator` shards list-valued gen_kwargs), and the blocks are
-  concatenated in order, so the result is the one-process dataset row for
-  row. Dialogues without an action are an error unless `skip_no_actions`;
-  skipped ones are found afterwards by id (workers cannot call back), so none
-  disappears unreported.
+  Worker w tokenizes the w-th contiguous block of lines into its own Arrow
+  files, and the parent concatenates them in order, so the result is the
+  one-process dataset row for row. Workers are spawned, never forked (the
+  caller may hold JAX's threads). A dialogue without an action is an error
+  unless `skip_no_actions`; skipped ids come back from every worker, and a
+  worker's bad record raises in the parent with its file, line and field.
   """
   if num_proc < 1:
     raise ValueError(f"num_proc must be >= 1, got {num_proc}")
-  skipped: list[str] = []
+  cache_dir = cache_dir or tempfile.mkdtemp(prefix="mdp_dataset_")
+  options = dict(path=path, tokenizer=tokenizer, role=role, max_length=max_length,
+                 serialize_context=serialize_context, include_context=include_context,
+                 skip_no_actions=skip_no_actions)
   if num_proc == 1:
-    ds = build_dataset(read_jsonl(path), tokenizer, role, max_length,
-                       serialize_context=serialize_context, include_context=include_context,
-                       on_no_actions=(lambda dialogue_id, _: skipped.append(dialogue_id))
-                       if skip_no_actions else None, cache_dir=cache_dir)
-    return ds, skipped
+    return _build_block(None, os.path.join(cache_dir, "block0"), **options)
   with open(path, encoding="utf-8") as f:
     num_lines = sum(1 for _ in f)
   bounds = np.linspace(1, num_lines + 1, num_proc + 1).round().astype(int)
-  blocks = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
-  cache_dir = cache_dir or tempfile.mkdtemp(prefix="mdp_dataset_")
+  context = multiprocessing.get_context("spawn")
+  with concurrent.futures.ProcessPoolExecutor(num_proc, mp_context=context) as pool:
+    futures = [pool.submit(_build_block_files, (int(a), int(b)),
+                           os.path.join(cache_dir, f"block{w}"), **options)
+               for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    parts = [future.result() for future in futures]  # In block order; re-raises a worker's error.
+  files = [name for names, _ in parts for name in names]
+  if not files:
+    raise ValueError(f"no MDP example for role {role!r}: {num_lines} lines of {path}, none kept")
+  ds = datasets.concatenate_datasets([datasets.Dataset.from_file(name) for name in files])
+  return ds, [dialogue_id for _, skipped in parts for dialogue_id in skipped]
+
+
+def _build_block(lines: tuple[int, int] | None, cache_dir: str, *, path: str,
+                 skip_no_actions: bool, **options: Any) -> tuple[datasets.Dataset | None, list[str]]:
+  """(the dataset of `path`'s lines in `lines`, the ids skipped); None when a block of a
+  parallel build kept nothing (every dialogue in it skipped)."""
+  skipped: list[str] = []
   try:
-    ds = datasets.Dataset.from_generator(
-        _block_examples, features=FEATURES, cache_dir=cache_dir,
-        fingerprint=uuid.uuid4().hex, num_proc=num_proc,
-        gen_kwargs=dict(blocks=blocks, path=path, tokenizer=tokenizer, role=role,
-                        max_length=max_length, serialize_context=serialize_context,
-                        include_context=include_context, skip_no_actions=skip_no_actions))
-  except datasets.exceptions.DatasetGenerationError as e:
-    raise _worker_error(e) from None
-  if skip_no_actions:
-    kept = set(ds["dialogue_id"])
-    skipped = [d.dialogue_id for d in read_jsonl(path) if d.dialogue_id not in kept]
+    ds = build_dataset(read_jsonl(path, lines), cache_dir=cache_dir,
+                       on_no_actions=(lambda dialogue_id, _: skipped.append(dialogue_id))
+                       if skip_no_actions else None, **options)
+  except ValueError:
+    if lines is None or not skipped:  # A whole file with nothing kept is the caller's error.
+      raise
+    return None, skipped
   return ds, skipped
 
 
-_DATA_ERRORS = {cls.__name__: cls for cls in (mdp.NoActionsError, DialogueFormatError)}
-
-
-def _worker_error(error: BaseException) -> BaseException:
-  """The bad-data error a worker process raised, as its own class and message (file, line,
-  field), out of the traceback text the process pool hands back; else `error`."""
-  cause = error.__cause__
-  while cause is not None and "Traceback" not in str(cause):
-    cause = cause.__cause__
-  for line in reversed(str(cause or "").splitlines()):
-    name, sep, message = line.strip().partition(": ")
-    if sep and name.rsplit(".", 1)[-1] in _DATA_ERRORS:
-      return _DATA_ERRORS[name.rsplit(".", 1)[-1]](message)
-  return error
-
-
-def _block_examples(blocks, path, tokenizer, role, max_length, serialize_context,
-                    include_context, skip_no_actions) -> Iterator[dict[str, Any]]:
-  """A worker's examples: its blocks of `path`'s lines, in order."""
-  for block in blocks:
-    for dialogue in read_jsonl(path, block):
-      try:
-        yield mdp.dialogue_to_example(dialogue, tokenizer, role, max_length,
-                                      serialize_context=serialize_context,
-                                      include_context=include_context)
-      except mdp.NoActionsError:
-        if not skip_no_actions:
-          raise
+def _build_block_files(lines: tuple[int, int], cache_dir: str, **options: Any
+                       ) -> tuple[list[str], list[str]]:
+  """A worker's block: (its Arrow files, in order; the ids it skipped)."""
+  ds, skipped = _build_block(lines, cache_dir, **options)
+  return ([] if ds is None else [f["filename"] for f in ds.cache_files]), skipped
 
 
 def load_mdp_dataset(directory: str) -> datasets.Dataset:

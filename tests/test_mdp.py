@@ -317,3 +317,13 @@ def test_parallel_build_names_a_bad_record(tmp_path):
   with pytest.raises(ValueError, match=r"bad.jsonl:5: field 'turns\[0\].speaker'"):
     build_dataset_from_file(str(path), tok(), "agent", 96, num_proc=2,
                             cache_dir=str(tmp_path / "cache"))
+
+
+def test_a_block_that_keeps_nothing_still_reports_its_skipped(tmp_path):
+  from data_pipelines.mdp_dataset import build_dataset_from_file
+
+  path = str(tmp_path / "d.jsonl")
+  write_jsonl(path, corpus(1) + [dialogue([Turn("customer", "anyone?")], dialogue_id="silent")])
+  ds, skipped = build_dataset_from_file(path, tok(), "agent", 96, num_proc=2,
+                                        skip_no_actions=True, cache_dir=str(tmp_path / "c"))
+  assert ds["dialogue_id"][:] == ["d0"] and skipped == ["silent"]
