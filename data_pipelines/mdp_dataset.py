@@ -123,7 +123,8 @@ def build_dataset_from_file(
   context = multiprocessing.get_context("spawn")
   with concurrent.futures.ProcessPoolExecutor(num_proc, mp_context=context) as pool:
     futures = [pool.submit(_build_block_files, (int(a), int(b)),
-                           os.path.join(cache_dir, f"block{w}"), **options)
+                           os.path.join(cache_dir, f"block{w}"),
+                           datasets.is_progress_bar_enabled(), **options)
                for w, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
     parts = [future.result() for future in futures]  # In block order; re-raises a worker's error.
   files = [name for names, _ in parts for name in names]
@@ -149,9 +150,12 @@ def _build_block(lines: tuple[int, int] | None, cache_dir: str, *, path: str,
   return ds, skipped
 
 
-def _build_block_files(lines: tuple[int, int], cache_dir: str, **options: Any
-                       ) -> tuple[list[str], list[str]]:
-  """A worker's block: (its Arrow files, in order; the ids it skipped)."""
+def _build_block_files(lines: tuple[int, int], cache_dir: str, progress_bars: bool,
+                       **options: Any) -> tuple[list[str], list[str]]:
+  """A worker's block: (its Arrow files, in order; the ids it skipped). A spawned worker
+  starts with datasets' defaults, so it takes the parent's progress-bar setting."""
+  if not progress_bars:
+    datasets.disable_progress_bars()
   ds, skipped = _build_block(lines, cache_dir, **options)
   return ([] if ds is None else [f["filename"] for f in ds.cache_files]), skipped
 
