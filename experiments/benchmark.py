@@ -215,25 +215,34 @@ def available_bytes() -> int:
   raise OSError("no MemAvailable in /proc/meminfo")
 
 
-def longest_trainable(bc: BenchConfig, budget: int) -> tuple[int, dict[int, int]]:
+def longest_trainable(bc: BenchConfig, budget: int, dtype: str = "float32"
+                      ) -> tuple[int, dict[int, int | None]]:
   """(longest of `bc.probe_lens` whose step fits `budget` bytes, peak bytes per length tried).
 
   Compiled from abstract shapes only (nothing allocated or run), so lengths
-  past the machine's memory cost seconds of compilation, not a crash. The
-  attention block grows with the length to keep at most 16 blocks per layer.
+  past the machine's memory cost seconds of compilation, not a crash (on a
+  GPU, XLA's autotuner runs candidates on real buffers: running out of memory
+  there counts as not fitting, peak None). The attention block grows with the
+  length to keep at most 16 blocks per layer.
   """
   tx = optax.adamw(LEARNING_RATE, weight_decay=WEIGHT_DECAY)
   longest, peaks = 0, {}
   for length in bc.probe_lens:
     cfg = ModelConfig.gpt2(vocab_size=bc.vocab_size, num_layers=bc.num_layers,
                            d_model=bc.d_model, num_heads=bc.num_heads, max_seq_len=length,
-                           attention_block=max(128, length // 16))
+                           attention_block=max(128, length // 16), dtype=dtype)
     abstract = nnx.eval_shape(lambda cfg=cfg: Transformer(cfg, rngs=nnx.Rngs(0)))
     graphdef, params = nnx.split(abstract)
     train_step, _ = make_train_step(graphdef, tx)
     tokens = jax.ShapeDtypeStruct((bc.train_batch, length), jnp.int32)
-    peaks[length] = peak_bytes(train_step.lower(params, jax.eval_shape(tx.init, params),
-                                                tokens).compile())
+    try:
+      peaks[length] = peak_bytes(train_step.lower(params, jax.eval_shape(tx.init, params),
+                                                  tokens).compile())
+    except jax.errors.JaxRuntimeError as e:
+      if "RESOURCE_EXHAUSTED" not in str(e):
+        raise
+      peaks[length] = None
+      break
     if peaks[length] > budget:
       break
     longest = length
@@ -498,7 +507,8 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
               f"{results[f'seq_{length}_ours']:,.0f} | {results[f'seq_{length}_torch']:,.0f} | "
               f"{results[f'seq_{length}_ours'] / results[f'seq_{length}_torch']:.2f}x |"
               for length in bc.seq_lens]
-  probes = ", ".join(f"{length:,}: {gib(peak)}" for length, peak in results["probe_peaks"].items())
+  probes = ", ".join(f"{length:,}: {'out of memory' if peak is None else gib(peak)}"
+                     for length, peak in results["probe_peaks"].items())
   longest = (f"{results['longest']:,} tokens" if results["longest"]
              else f"none of {bc.probe_lens}")
   memory = [

@@ -50,9 +50,7 @@ from absl import flags
 
 from experiments import bench_report, benchmark, benchmark_ilql, cli
 from ilql_dialogue import sharding
-from ilql_dialogue.generation import sampler
 from ilql_dialogue.models import attention_kernels
-from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.hf_io import load_hf
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -311,34 +309,7 @@ def memory_section(ac: AccelConfig, memory_bytes: int | None, out: dict[str, Any
   budget = int(0.9 * (memory_bytes or benchmark.available_bytes()))
   probe = dataclasses.replace(ac.flops_view(), probe_lens=ac.probe_lens)
   out["budget_bytes"] = budget
-  out["longest"], out["probe_peaks"] = longest_trainable(probe, budget)
-
-
-def longest_trainable(bc: benchmark.BenchConfig, budget: int) -> tuple[int, dict[int, int]]:
-  """benchmark.longest_trainable for bfloat16 compute (compiled from shapes, never run)."""
-  tx = optax.adamw(benchmark.LEARNING_RATE, weight_decay=benchmark.WEIGHT_DECAY)
-  longest, peaks = 0, {}
-  from flax import nnx
-  from ilql_dialogue.models.transformer import Transformer
-  for length in bc.probe_lens:
-    cfg = ModelConfig.gpt2(vocab_size=bc.vocab_size, num_layers=bc.num_layers,
-                           d_model=bc.d_model, num_heads=bc.num_heads, max_seq_len=length,
-                           dtype="bfloat16")
-    graphdef, params = nnx.split(nnx.eval_shape(lambda cfg=cfg: Transformer(cfg, rngs=nnx.Rngs(0))))
-    step, _ = benchmark.make_train_step(graphdef, tx)
-    tokens = jax.ShapeDtypeStruct((bc.train_batch, length), jnp.int32)
-    try:
-      peaks[length] = benchmark.peak_bytes(
-          step.lower(params, jax.eval_shape(tx.init, params), tokens).compile())
-    except jax.errors.JaxRuntimeError as e:  # GPU autotuning runs candidates on real buffers.
-      if "RESOURCE_EXHAUSTED" not in str(e):
-        raise
-      peaks[length] = None
-      break
-    if peaks[length] > budget:
-      break
-    longest = length
-  return longest, peaks
+  out["longest"], out["probe_peaks"] = benchmark.longest_trainable(probe, budget, "bfloat16")
 
 
 def run(ac: AccelConfig, deadline_s: float, json_path: pathlib.Path,
@@ -511,7 +482,8 @@ def render(results: dict[str, Any], command: str) -> str:
       ours, theirs = tokens / row["ours"]["step_s"], tokens / row["torch"]["step_s"]
       lines.append(f"| {int(length):,} | {row['batch']} | {ours:,.0f} | {theirs:,.0f} | "
                    f"{ours / theirs:.2f}x | {row['ours']['peak_bytes'] / tokens / 2**10:.0f} KiB |")
-    probes = ", ".join(f"{int(k):,}: {v / 2**30:.1f} GiB" for k, v in m["probe_peaks"].items())
+    probes = ", ".join(f"{int(k):,}: " + ("out of memory" if v is None else f"{v / 2**30:.1f} GiB")
+                       for k, v in m["probe_peaks"].items())
     lines += ["", f"- Longest sequence that trains at batch {ac.train_batch} within 90% of the "
               f"device's memory ({m['budget_bytes'] / 2**30:.0f} GiB): "
               f"{int(m['longest']):,} tokens (peak by XLA's buffer assignment, compiled not run: "
