@@ -35,6 +35,12 @@ reset to the restored step when the run resumes (`Population.resume`).
 
 config.rl fields: scenarios (N), group_size (G), epochs, max_turns,
 scenario_seed, seq_len (default model.max_seq_len).
+
+On several processes (a pod), each process plays scenarios / process_count of
+every rollout batch on its own whole copy of the model, so the model must fit
+on one device; the batch is then the same on every process, and each feeds
+the loop its block of every minibatch (train_loop.place_batch), so the
+updates are those of one process.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from flax import nnx
 
 from cotraining import algorithms, cotrain, rollout_store, rollouts
 from cotraining.population import FixedPool, Population
-from ilql_dialogue import environment, init_from
+from ilql_dialogue import environment, init_from, multihost, sharding
 from ilql_dialogue.simulators import LMParty, Party
 
 DEFAULT_SCENARIO_SEED = 100_000
@@ -90,11 +96,16 @@ class RolloutSource:
     self.seed = config.seed
     self.batch_size = config.train.batch_size
     rows = self.num_scenarios * self.group_size
-    if jax.process_count() != 1:
-      raise ValueError("RolloutSource: one process only (each host would need its own rows)")
     if self.epochs < 1 or rows % self.batch_size:
       raise ValueError(f"config.rl: scenarios * group_size = {rows} rows must split into "
                        f"train.batch_size={self.batch_size} minibatches, and epochs >= 1")
+    self.hosts = jax.process_count()
+    if self.num_scenarios % self.hosts or self.batch_size % self.hosts:
+      raise ValueError(f"config.rl.scenarios={self.num_scenarios} and train.batch_size="
+                       f"{self.batch_size} must split over the job's {self.hosts} processes")
+    if self.hosts > 1 and isinstance(population, Population):
+      raise ValueError("Population Co-Training saves its members from one process; run it on "
+                       "one process (a FixedPool of saved simulators runs on several)")
     self.minibatches = rows // self.batch_size
     self.steps_per_rollout = self.epochs * self.minibatches
     keep = config.train.checkpoint_every // self.steps_per_rollout + 2
@@ -106,16 +117,34 @@ class RolloutSource:
     self._current = current
 
   def rollout(self, index: int) -> dict[str, np.ndarray]:
-    """Rollout batch `index` with the current policy, prepared by the algorithm (and stored)."""
+    """Rollout batch `index` with the current policy, prepared by the algorithm (and stored).
+
+    On several processes each plays its share of the scenarios on a whole copy of the model
+    (multihost.local_replica), every process then holds the whole batch, and each prepares
+    it alike: the batch and its advantages are those of one process playing every row.
+    """
     if self._current is None:
       raise ValueError("RolloutSource: no model bound (train_loop binds it; or call bind_model)")
     model = self._current()
+    if self.hosts == 1:
+      arrays = self._play(model, index)
+    else:
+      model = multihost.local_replica(model)  # Collective: every process is at this step.
+      with sharding.mesh_context(multihost.local_mesh()):
+        arrays = self._play(model, index)
+    if self.store is not None and jax.process_index() == 0:
+      self.store.save(index, arrays)
+    return arrays
+
+  def _play(self, model: nnx.Module, index: int) -> dict[str, np.ndarray]:
     learner = self.make_learner(model.policy)
     others = dict(self.others)
     user = self._user(model, index)
     if user is not None:
       others[self._user_role(user)] = user
     scenarios = self.env.sample(self.scenario_seed + index, self.num_scenarios)
+    share = self.num_scenarios // self.hosts
+    scenarios = scenarios[jax.process_index() * share:][:share]
     start = time.perf_counter()
     played = rollouts.collect(self.env, self.role, learner, others, scenarios,
                               group_size=self.group_size, max_turns=self.max_turns,
@@ -125,15 +154,14 @@ class RolloutSource:
       arrays.update({cotrain.SIM_PREFIX + k: v
                      for k, v in rollouts.learner_arrays(user, self.seq_len).items()})
     seconds = time.perf_counter() - start
-    arrays = self.algorithm.prepare(model, arrays, played.rewards_NxG)
     rows = len(played.episodes)
     stats = {"stat_rollout_seconds": seconds, "stat_dialogues_per_sec": rows / seconds,
              "stat_sampled_tokens_per_sec": arrays["action_mask"].sum() / seconds}
     for name, value in stats.items():
       arrays[name] = np.full((rows,), value, np.float32)
-    if self.store is not None:
-      self.store.save(index, arrays)
-    return arrays
+    arrays = multihost.allgather_rows(arrays)
+    rewards_NxG = arrays["reward"].reshape(self.num_scenarios, self.group_size)
+    return self.algorithm.prepare(model, arrays, rewards_NxG)
 
   def _user(self, model: nnx.Module, index: int) -> Party | None:
     """Who plays the user in batch `index`: a pool member, the co-trained simulator, or None
@@ -202,6 +230,7 @@ class RolloutSource:
       order = np.random.default_rng([self.seed, batch_index, epoch]).permutation(
           len(arrays["reward"]))
       take = order[minibatch * self.batch_size:(minibatch + 1) * self.batch_size]
+      take = take.reshape(self.hosts, -1)[jax.process_index()]  # This host's block of rows.
       yield {k: v[take] for k, v in arrays.items()}
       index += 1
 

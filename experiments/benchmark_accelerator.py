@@ -393,16 +393,19 @@ def render(results: dict[str, Any], command: str) -> str:
     value = f"{100 * tokens_per_s * fpt / peak:.1f}%"
     return value + (f" ({100 * tokens_per_s * fpt / sheet:.1f}%)" if sheet else "")
 
+  failures = []
   for name in ("attention", "train", "algorithms", "decode", "memory"):
     section = s.get(name, {"skipped": "not in these runs"})
     why = section.get("skipped") or section.get("error", "").strip().splitlines()[-1:]
     if why:
       partial = "stopped after what it measured" if set(section) - {"error", "skipped"} else (
           "did not run")
-      lines += [f"- Section `{name}` {partial}: {why if isinstance(why, str) else why[0][:300]}"]
+      failures.append(f"- Section `{name}` {partial}: "
+                      f"{why if isinstance(why, str) else why[0][:300]}")
       if partial == "did not run":
         s.pop(name, None)
-  lines.append("")
+  if failures:
+    lines += failures + [""]
   if "attention" in s:
     lines += [f"Attention kernels ({s['attention']['shape']}), forward and forward + backward; "
               "error is the largest difference from the float32 reference at real queries:", "",

@@ -311,9 +311,10 @@ def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | 
     with reported_as(what):
       _, inner = parse_spec(spec)
     return check_party(inner, role, what)
-  elif os.path.isdir(spec):
-    config = training_workdir(spec, what)
-    trained = trained_role(spec, config, what)
+  elif os.path.isdir(simulators.workdir_and_step(spec)[0]):
+    workdir, step = simulators.workdir_and_step(spec)
+    config = training_workdir(workdir, what, step)
+    trained = trained_role(workdir, config, what)
     if trained != role:
       raise BadInput(f"{what}={spec}: trained to play {trained!r}, not the {role}")
     return config

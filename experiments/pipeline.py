@@ -6,12 +6,15 @@ each run's training config, the evaluated pairs) and hands it to
 """
 
 import os
+import signal
+import sys
 
 import ml_collections
-from absl import flags
+from absl import flags, logging
 
 from experiments import cli, configs, pipeline_lib
 from experiments.configs import quickstart
+from ilql_dialogue import simulators
 
 _CONFIG = cli.define_config_file(
     "config", "experiments/configs/quickstart.py", "Pipeline configuration file.")
@@ -46,17 +49,31 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> None:
     roles[name] = run_config.task.role
   for agent, customer in config.evaluation.pairs:
     for spec, role in ((agent, "agent"), (customer, "customer")):
-      if spec not in roles:
+      name, step = simulators.workdir_and_step(spec)
+      if name not in roles:
         cli.check_party(spec, role, "config.evaluation.pairs")
-      elif roles[spec] != role:
-        raise cli.BadInput(f"config.evaluation.pairs: run {spec!r} plays the {roles[spec]}, "
+      elif step is not None and not _saves(config.runs[name], step):
+        raise cli.BadInput(f"config.evaluation.pairs: {spec}: run {name!r} saves no checkpoint "
+                           f"at step {step} (every {config.runs[name].eval_every} to "
+                           f"{config.runs[name].steps})")
+      elif roles[name] != role:
+        raise cli.BadInput(f"config.evaluation.pairs: run {name!r} plays the {roles[name]}, "
                            f"paired as the {role}")
+
+
+def _saves(run: ml_collections.ConfigDict, step: int) -> bool:
+  """Whether a pipeline run checkpoints at `step` (every eval_every, and at its last step)."""
+  return 0 < step <= run.steps and (step % run.eval_every == 0 or step == run.steps)
 
 
 def main(argv):
   del argv
   validate(_CONFIG.value, _WORKDIR.value)
-  pipeline_lib.run(_CONFIG.value, _WORKDIR.value)
+  try:
+    pipeline_lib.run(_CONFIG.value, _WORKDIR.value)
+  except pipeline_lib.Stopped as e:  # Not a failure: exit as a process SIGTERM ended would.
+    logging.warning("%s", e)
+    sys.exit(128 + signal.SIGTERM)
 
 
 if __name__ == "__main__":

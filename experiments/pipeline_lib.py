@@ -24,7 +24,7 @@ from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from experiments import customer_fidelity, evaluate_lib, train_lib
-from ilql_dialogue import metrics as metrics_lib, policy_io, tasks
+from ilql_dialogue import checkpointing, metrics as metrics_lib, policy_io, simulators, tasks
 
 SPLITS = ("train", "eval")
 
@@ -87,6 +87,9 @@ def run_config(config: ml_collections.ConfigDict, name: str,
                    checkpoint_every=spec.eval_every)
   if spec.init_from:
     run.model.init_from = os.path.join(workdir, spec.init_from)
+  if any(run_name(party) == name and party != name
+         for pair in config.evaluation.pairs for party in pair):
+    run.train.keep_checkpoints = spec.steps // spec.eval_every + 1  # A pair plays NAME@STEP.
   if run.get("online_eval") is not None and run.online_eval.num_dialogues > 0:
     run.online_eval.num_dialogues = config.training.online_dialogues
     # A checkpoint is selected decoding as it will be evaluated.
@@ -125,22 +128,42 @@ def training_order(config: ml_collections.ConfigDict) -> list[str]:
   return order
 
 
+class Stopped(Exception):
+  """A training stage returned before its last step: SIGTERM made it save and stop."""
+
+
+def _train(config: ml_collections.ConfigDict, name: str, workdir: str) -> None:
+  """Trains run `name` to its last step (resuming its workdir), or raises Stopped, so that a
+  preempted stage is neither marked done nor followed by the stages that start from it."""
+  run = run_config(config, name, workdir)
+  run_dir = os.path.join(workdir, name)
+  train_lib.run(run, run_dir)
+  saved = max(checkpointing.saved_steps(run_dir), default=0)
+  if saved < run.train.steps:
+    raise Stopped(f"stage train {name}: stopped at step {saved} of {run.train.steps} "
+                  "(checkpoint saved); the same command resumes it")
+
+
 def train_runs(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Trains every run (dialogue LM, BC agent, BC customer, ILQL agent), each after the
   run it starts from; returns their selections."""
   selections = {}
   for name in training_order(config):
-    run_dir = os.path.join(workdir, name)
     _stage(f"train {name}", os.path.join(workdir, f".{name}.done"),
-           lambda name=name, run_dir=run_dir: train_lib.run(
-               run_config(config, name, workdir), run_dir))
-    selections[name] = policy_io.selected(run_dir)
+           lambda name=name: _train(config, name, workdir))
+    selections[name] = policy_io.selected(os.path.join(workdir, name))
   return selections
 
 
 def _party(spec: str, config: ml_collections.ConfigDict, workdir: str) -> str:
-  """A run's name (config.runs) -> its workdir; other party specs pass through."""
-  return os.path.join(workdir, spec) if spec in config.runs else spec
+  """A run's name (config.runs), or NAME@STEP for its checkpoint at STEP -> its workdir (with
+  the step); other party specs pass through."""
+  return os.path.join(workdir, spec) if run_name(spec) in config.runs else spec
+
+
+def run_name(spec: str) -> str:
+  """'bc_customer@4000' -> 'bc_customer': the run a pair's spec names, if it names one."""
+  return simulators.workdir_and_step(spec)[0]
 
 
 def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
@@ -170,7 +193,7 @@ def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
     row = {"agent": agent, "customer": customer, "beta": beta,
            **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
                                       "end_reasons")}}
-    if customer in config.runs:  # Does the learned simulator say what its intent says?
+    if run_name(customer) in config.runs:  # Does the learned simulator say what its intent says?
       fidelity = customer_fidelity.fidelity(
           customer_fidelity.read_transcripts(summary["transcripts"]))
       row["customer_fidelity"] = {

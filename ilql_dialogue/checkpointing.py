@@ -22,6 +22,16 @@ BEST_DIR = "best"  # The checkpoint with the best selection metric (BestCheckpoi
 SELECTION_MODES = ("max", "min")
 
 
+def saved_steps(workdir: str, directory: str = CHECKPOINT_DIR) -> list[int]:
+  """The steps of `workdir/checkpoints` (read only: none yet -> [])."""
+  path = os.path.abspath(os.path.join(workdir, directory))
+  if not os.path.isdir(path):
+    return []
+  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
+  with ocp.CheckpointManager(path, options=options) as manager:
+    return sorted(manager.all_steps())
+
+
 class Checkpointer:
   """Saves to and restores from `workdir/checkpoints`, keeping the last `keep`."""
 

@@ -15,7 +15,10 @@ beyond that, and live here:
     live on other processes' devices. `per_process` runs them on a whole
     copy of the model on each process's first device and hands every
     process the metrics of process 0, so decisions taken on them (which
-    checkpoint is best: a collective save) are the same everywhere.
+    checkpoint is best: a collective save) are the same everywhere. Online
+    RL's rollouts (cotraining/experience.py) play on such a copy too, each
+    process its share of the scenarios, and `allgather_rows` hands every
+    process the whole batch.
 """
 
 from __future__ import annotations
@@ -61,6 +64,26 @@ def local_replica(model: nnx.Module) -> nnx.Module:
   return nnx.merge(graphdef, state)
 
 
+def allgather_rows(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Each array's rows of every process, in process order, on every process, bit for bit
+  (they travel as bytes: JAX would narrow float64). Collective; each process gives the
+  same keys and row counts."""
+  if jax.process_count() == 1:
+    return dict(arrays)
+  gathered = {}
+  for key in sorted(arrays):
+    array = np.ascontiguousarray(arrays[key])
+    bytes_RxW = array.reshape(array.shape[0], -1).view(np.uint8)
+    everyone = np.asarray(multihost_utils.process_allgather(bytes_RxW, tiled=True))
+    gathered[key] = everyone.view(array.dtype).reshape(-1, *array.shape[1:])
+  return gathered
+
+
+def local_mesh() -> jax.sharding.Mesh:
+  """A one-device mesh on this process's first device, for work each process does alone."""
+  return sharding.make_mesh(1, 1, 1, devices=jax.local_devices()[:1])
+
+
 def _broadcast_floats(values: list[float]) -> list[float]:
   """Process 0's float64 values on every process, bit for bit (JAX runs in 32 bits:
   the values travel as uint32 pairs)."""
@@ -76,11 +99,11 @@ def per_process(eval_fn: EvalFn) -> EvalFn:
   """
   if jax.process_count() == 1:
     return eval_fn
-  local_mesh = sharding.make_mesh(1, 1, 1, devices=jax.local_devices()[:1])
+  mesh = local_mesh()
 
   def wrapped(model: nnx.Module, step: int) -> dict[str, float]:
     replica = local_replica(model)
-    with sharding.mesh_context(local_mesh):
+    with sharding.mesh_context(mesh):
       metrics = eval_fn(replica, step)
     names = sorted(metrics)
     return dict(zip(names, _broadcast_floats([float(metrics[k]) for k in names])))

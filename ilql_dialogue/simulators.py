@@ -28,7 +28,8 @@ party decodes the whole batch in one call. Spec strings (`make_party`):
                             FAMILY: a phrasing family (customer_families / agent_families,
                             default template) or a group of family_split.json (train,
                             held_out), from which each row draws one by its seed
-    PATH                    a training workdir: the checkpoint as an LMParty
+    PATH[@STEP]             a training workdir: its selected checkpoint (best/, else the
+                            latest), or the one saved at STEP, as an LMParty
     vs:[k=K,pick=RULE,t=T:]PATH   its LMParty answering with one of K candidates
                             (Verbalized Sampling, cotraining/verbalized_sampling.py)
     calm:[n=N,m=M,h=H,score=S,temp=T:]PATH   a CALM agent planning over N candidates x M
@@ -588,6 +589,15 @@ def _name_and_family(spec: str, prefix: str) -> tuple[str, str]:
   return name, family or DEFAULT_FAMILY
 
 
+def workdir_and_step(spec: str) -> tuple[str, int | None]:
+  """'runs/cust@2400' -> ('runs/cust', 2400): a checkpoint other than the selected one, to
+  evaluate a simulator along its training; a path that exists as written is taken whole."""
+  path, sep, step = spec.rpartition("@")
+  if sep and step.isdigit() and not os.path.exists(spec):
+    return path, int(step)
+  return spec, None
+
+
 def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   """The party a spec string names (module docstring), to play `role`.
 
@@ -611,9 +621,10 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   if spec.startswith(CALM_PREFIX):
     from calm import planning  # Builds on this module.
     return planning.from_spec(spec, role, **lm_options)
-  if os.path.isdir(spec):
+  workdir, step = workdir_and_step(spec)
+  if os.path.isdir(workdir):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
-    return policy_io.lm_party(policy_io.load_policy(spec), role, **lm_options)
+    return policy_io.lm_party(policy_io.load_policy(workdir, step=step), role, **lm_options)
   if CLASS_SPEC_RE.match(spec):
     return load_class(spec, role)
   raise ValueError(f"party spec {spec!r}: expected {SCRIPTED_CUSTOMER_PREFIX}STYLE[/FAMILY], "

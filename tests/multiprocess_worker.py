@@ -8,7 +8,9 @@ as on a pod. It trains tiny BC and ILQL models through the real loop
 (train_loop.train_and_evaluate: sharded jitted step, orbax checkpoints,
 preemption agreement, online evaluation of BC with `workdir/best`) on an MDP
 dataset read through `batching`, and records which dataset rows this process
-loaded at every step (`WORKDIR/ALGO/rows-I.json`). A fault can be injected
+loaded at every step (`WORKDIR/ALGO/rows-I.json`); GRPO trains the
+cotraining tests' toy bot online, each process playing its share of the
+rollouts. A fault can be injected
 into the last process at a given step (`--fault=sigterm:S` or `die:S`),
 which is deterministic where an external signal would race the run.
 
@@ -31,6 +33,8 @@ from flax import nnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import cotraining_toy  # noqa: E402  (tests/, this script's folder)
+from cotraining import experience  # noqa: E402
 from data_pipelines import tokenization  # noqa: E402
 from data_pipelines.mdp_dataset import load_mdp_dataset  # noqa: E402
 from experiments import evaluate_lib, train_lib  # noqa: E402
@@ -46,7 +50,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "One subfolder per algorithm.", 
 _COORDINATOR = flags.DEFINE_string("coordinator", "", "host:port of process 0.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 1, "Processes in the job.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", 0, "This process's index.")
-_ALGORITHMS = flags.DEFINE_list("algorithms", ["bc", "ilql"], "Trained one after the other.")
+_ALGORITHMS = flags.DEFINE_list("algorithms", ["bc", "ilql", "grpo"],
+                                "Trained one after the other.")
 _STEPS = flags.DEFINE_integer("steps", 4, "Updates per algorithm.")
 _MESH = flags.DEFINE_list("mesh", ["2", "2", "1"], "data, fsdp, tensor sizes.")
 _FAULT = flags.DEFINE_string("fault", "", "sigterm:STEP or die:STEP, in the last process.")
@@ -96,9 +101,43 @@ def recorded(data: train_loop.TrainData, rows: dict[int, list[int]], fault: str
   return from_step
 
 
+def grpo_config(steps: int, mesh: list[str]) -> ml_collections.ConfigDict:
+  """GRPO on the cotraining tests' toy task: 4 scenarios x 4 rollouts, 2 minibatches each."""
+  c = cotraining_toy.config(scenarios=4, group_size=4, epochs=1)
+  c.mesh.update(data=int(mesh[0]), fsdp=int(mesh[1]), tensor=int(mesh[2]))
+  c.train.update(steps=steps, batch_size=8, grad_accum_steps=2, log_every=1,
+                 checkpoint_every=steps, keep_checkpoints=2)
+  return c
+
+
+class RecordingEnv(cotraining_toy.ToyEnv):
+  """The toy task, noting every scenario this process plays (`WORKDIR/grpo/played-I.json`)."""
+
+  played: set[str] = set()
+
+  def context(self, scenario, role):
+    self.played.add(scenario)
+    return super().context(scenario, role)
+
+
+def grpo_data(config: ml_collections.ConfigDict, algorithm, workdir: str):
+  """Rollouts of the toy bot: each process plays its share of every batch's scenarios."""
+  return experience.RolloutSource(
+      config, RecordingEnv(target="yes"), algorithm, "bot",
+      make_learner=lambda decoder: cotraining_toy.bot(decoder, max_new_tokens=1,
+                                                      only_words=True),
+      others={"user": cotraining_toy.Talker()}, store_dir=os.path.join(workdir, "rollouts"))
+
+
 def train(config: ml_collections.ConfigDict, workdir: str, dataset, eval_fn, fault: str):
   algorithm = registry.make_algorithm(config)
   rows: dict[int, list[int]] = {}
+  if config.algorithm.name == "grpo":
+    result = train_loop.train_and_evaluate(config, workdir, algorithm,
+                                           grpo_data(config, algorithm, workdir))
+    with open(os.path.join(workdir, f"played-{jax.process_index()}.json"), "w") as f:
+      json.dump(sorted(RecordingEnv.played), f)
+    return algorithm, result
   data = recorded(train_lib.mdp_batches(dataset, config), rows, fault)
   result = train_loop.train_and_evaluate(config, workdir, algorithm, data, eval_fn)
   with open(os.path.join(workdir, f"rows-{jax.process_index()}.json"), "w") as f:
@@ -133,7 +172,10 @@ def main(argv):
   dataset = load_mdp_dataset(os.path.join(_DATA.value, "mdp"))
   vocab = -(-tokenizer.vocab_size // 128) * 128
   for name in _ALGORITHMS.value:
-    config = make_config(name, vocab, _STEPS.value, _MESH.value)
+    if name == "grpo":
+      config = grpo_config(_STEPS.value, _MESH.value)
+    else:
+      config = make_config(name, vocab, _STEPS.value, _MESH.value)
     eval_fn = None
     if name == "bc":
       eval_fn = multihost.per_process(evaluate_lib.online_eval_fn(

@@ -69,8 +69,9 @@ def _corpus(root, n=12, kb_size=2):
   return dialogues, tokenizer
 
 
-def _checkpoint(config, workdir, step=3, algorithm=None):
-  """Writes config.json and a checkpoint exactly as train_loop does, holding random weights.
+def _checkpoint(config, workdir, step=3, algorithm=None, steps=()):
+  """Writes config.json and a checkpoint exactly as train_loop does, holding random weights
+  (one draw per saved step: `step`, then each of `steps`); returns the model of the first.
 
   The structure is train_loop's own TrainState; drawing the weights instead
   of taking optimizer steps only saves compile time.
@@ -89,13 +90,16 @@ def _checkpoint(config, workdir, step=3, algorithm=None):
     return jnp.asarray(rng.normal(1.0 if path[-1].key == "scale" else 0.0, 0.3, leaf.shape),
                        leaf.dtype)
 
-  state = jax.tree.map(lambda x: x, training.abstract_state)
-  nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(
-      draw, nnx.to_pure_dict(training.abstract_state)))
-  checkpointer = checkpointing.Checkpointer(workdir, keep=1, async_save=False)
-  checkpointer.save(step, state, {"step": step, "data_position": step})
+  checkpointer = checkpointing.Checkpointer(workdir, keep=1 + len(steps), async_save=False)
+  models = []
+  for saved_step in (step, *steps):
+    state = jax.tree.map(lambda x: x, training.abstract_state)
+    nnx.replace_by_pure_dict(state, jax.tree_util.tree_map_with_path(
+        draw, nnx.to_pure_dict(training.abstract_state)))
+    checkpointer.save(saved_step, state, {"step": saved_step, "data_position": saved_step})
+    models.append(nnx.merge(training.graphdef, state).model)
   checkpointer.close()
-  return nnx.merge(training.graphdef, state).model
+  return models[0]
 
 
 def _tiny(config):
@@ -146,6 +150,34 @@ def test_task_checkpoint_agent_plays_through_policy_io_and_evaluate(tmp_path):
   assert set(metrics) == {"return", "best_beta", "success_stderr", "mean_turns", "return/beta=0",
                           "status_acc", "flight_acc", "name_acc"}
   assert 0.0 <= metrics["return"] <= 1.0
+
+
+def test_a_party_spec_names_a_checkpoint_by_step(tmp_path):
+  """`WORKDIR@STEP` plays the checkpoint saved at STEP (a simulator along its training); a step
+  that was not saved fails the start-up check, naming the saved ones."""
+  from experiments import cli
+  from experiments.configs import bc_airdialogue_customer
+  from ilql_dialogue import simulators, tasks
+
+  root = str(tmp_path / "pipeline")
+  _corpus(root)
+  config = _tiny(bc_airdialogue_customer.get_config())
+  config.task.update(root=root, max_length=256)
+  tasks.configure_model(config, tasks.make_task(config))
+  workdir = str(tmp_path / "customer")
+  at_3 = _checkpoint(config, workdir, step=3, steps=(5,))
+
+  def weights(model):
+    return nnx.to_pure_dict(nnx.state(model, nnx.Param))
+
+  latest = simulators.make_party(workdir, simulators.CUSTOMER)
+  early = simulators.make_party(f"{workdir}@3", simulators.CUSTOMER)
+  jax.tree.map(np.testing.assert_array_equal, weights(early.decoder), weights(at_3))
+  assert not np.array_equal(jax.tree.leaves(weights(latest.decoder))[0],
+                            jax.tree.leaves(weights(at_3))[0])
+  assert cli.check_party(f"{workdir}@5", "customer", "--customer").task.role == "customer"
+  with pytest.raises(cli.BadInput, match=r"no checkpoint at step 4; saved: \[3, 5\]"):
+    cli.check_party(f"{workdir}@4", "customer", "--customer")
 
 
 @pytest.mark.parametrize("serialize", [to_dialogue.serialize_context, mdp.json_context])

@@ -1,11 +1,11 @@
 """Multi-process training on localhost: jax.distributed, gloo collectives, fake CPU devices.
 
 A pod in miniature (tests/multiprocess_worker.py is one process of the job):
-the same BC and ILQL updates, orbax checkpoints, preemption agreement and
-online evaluation a TPU slice runs, with the processes really separate. BC
-runs on 4 processes x 1 device, ILQL on 2 x 2 (preempted and restarted); a
-single process on 4 devices is the reference and restores both runs'
-checkpoints, so resuming on fewer hosts is tested too.
+the same BC, ILQL and GRPO updates, orbax checkpoints, preemption agreement,
+online evaluation and online RL rollouts a TPU slice runs, with the processes
+really separate. BC and GRPO run on 4 processes x 1 device, ILQL on 2 x 2
+(preempted and restarted); a single process on 4 devices is the reference and
+restores every run's checkpoints, so resuming on fewer hosts is tested too.
 
 About three minutes of CPU, so outside the suite: `make test` runs it after
 the suite through `make test-multiprocess` (MULTIPROCESS_TESTS=1).
@@ -124,7 +124,7 @@ def runs(data, tmp_path_factory):
   """BC on 4 processes x 1 device; ILQL on 2 processes x 2 devices, SIGTERMed at step 2
   and restarted; then the 1-process reference on 4 devices restores both."""
   root = str(tmp_path_factory.mktemp("mp_runs"))
-  bc = _launch(4, 1, data, root, "--algorithms=bc")
+  bc = _launch(4, 1, data, root, "--algorithms=bc,grpo")
   _ok(bc)
   preempted = _launch(2, 2, data, root, "--algorithms=ilql", "--fault=sigterm:2")
   _ok(preempted)
@@ -150,6 +150,23 @@ def test_each_process_reads_only_its_rows(runs):
   for step, rows in whole.items():
     # Process i loaded the i-th contiguous quarter of the global batch, nothing else.
     assert [part[step] for part in parts] == [rows[2 * i:2 * i + 2] for i in range(4)], step
+
+
+def test_grpo_on_four_processes_matches_one_process(runs):
+  # Each process played its quarter of every rollout batch; the updates are one process's.
+  step, diff = runs["matches"]["grpo"]
+  assert step == STEPS and diff <= TOLERANCE, (step, diff)
+
+
+def test_each_process_plays_only_its_scenarios(runs):
+  def played(workdir, process):
+    with open(os.path.join(workdir, "grpo", f"played-{process}.json")) as f:
+      return json.load(f)
+  # STEPS updates of 8 rows = 2 rollout batches (seeds 100000, 100001) of 4 scenarios x 4.
+  batches = ("100000", "100001")
+  assert played(runs["reference"], 0) == sorted(f"{b}:{i}" for b in batches for i in range(4))
+  for i in range(4):
+    assert played(runs["root"], i) == [f"{b}:{i}" for b in batches]
 
 
 def test_online_evaluation_agrees_with_one_process_and_keeps_the_best(runs):

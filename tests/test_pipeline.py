@@ -5,6 +5,9 @@ selection, evaluation, report."""
 import json
 import os
 
+import ml_collections
+import pytest
+
 from experiments import pipeline_lib
 from experiments.configs import quickstart
 
@@ -16,6 +19,8 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   config.training.update(online_dialogues=2)
   config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8,
                            agent_temperature=0.0, customer_temperature=0.5)
+  # A simulator along its training: the oracle against the customer's checkpoint at a step.
+  config.evaluation.pairs += (("scripted_agent:oracle", "bc_customer@2"),)
   make_run_config = pipeline_lib.run_config
 
   def smaller(config, name, workdir):  # The quick configs, shrunk to a test's size.
@@ -32,6 +37,16 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
 
   monkeypatch.setattr(pipeline_lib, "run_config", smaller)
   workdir = str(tmp_path / "run")
+  # A stage SIGTERMed after step 1 (it saved and returned) is not done, and nothing after it
+  # starts; the next run resumes it.
+  full_run = pipeline_lib.train_lib.run
+  monkeypatch.setattr(pipeline_lib.train_lib, "run", lambda c, d: full_run(
+      ml_collections.ConfigDict({**c.to_dict(), "train": {**c.train.to_dict(), "steps": 1}}), d))
+  with pytest.raises(pipeline_lib.Stopped, match="train dialogue_lm: stopped at step 1 of 2"):
+    pipeline_lib.run(config, workdir)
+  assert not os.path.exists(os.path.join(workdir, ".dialogue_lm.done"))
+  assert not os.path.exists(os.path.join(workdir, "bc_agent"))
+  monkeypatch.setattr(pipeline_lib.train_lib, "run", full_run)
   report = pipeline_lib.run(config, workdir)
 
   assert report["airdialogue/train"]["n"] == 24
@@ -68,5 +83,35 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   assert summary["lm_options"]["temperature"] == 0.0
   assert summary["customer_lm_options"]["temperature"] == 0.5
 
+  assert report["evaluation"][-1]["customer_fidelity"]["customer_action_blocks"] >= 0
+
   # A second run finds every stage done and reports the same numbers.
   assert pipeline_lib.run(config, workdir)["evaluation"] == report["evaluation"]
+
+
+def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):
+  from experiments import cli, pipeline
+
+  config = quickstart.get_config()
+  config.evaluation.pairs = (("scripted_agent:oracle", "bc_customer@150"),)
+  with pytest.raises(cli.BadInput, match="bc_customer@150: run 'bc_customer' saves no "
+                     "checkpoint at step 150"):
+    pipeline.validate(config, str(tmp_path / "run"))
+  config.evaluation.pairs = (("scripted_agent:oracle", "bc_customer@200"),)
+  pipeline.validate(config, str(tmp_path / "run"))
+
+
+@pytest.mark.parametrize("part", ["all", "customer"])
+def test_the_long_pipeline_config_passes_start_up(tmp_path, part):
+  """quickstart_long: the oracle plays the customer along its training, each step saved."""
+  from experiments import pipeline
+  from experiments.configs import quickstart_long
+
+  config = quickstart_long.get_config(part)
+  pipeline.validate(config, str(tmp_path / "run"))
+  customer = pipeline_lib.run_config(config, "bc_customer", str(tmp_path / "run"))
+  assert customer.train.keep_checkpoints == 5  # 2,000 ... 8,000 and one spare.
+  assert [p for p in config.evaluation.pairs if p[0] == "scripted_agent:oracle"] == [
+      ("scripted_agent:oracle", "bc_customer@2000"), ("scripted_agent:oracle", "bc_customer@4000"),
+      ("scripted_agent:oracle", "bc_customer@6000"), ("scripted_agent:oracle", "bc_customer")]
+  assert ("bc_agent" in config.runs) == (part == "all")

@@ -1,0 +1,42 @@
+"""`make run`'s pipeline at the budget its targets take: the same stages and models, trained
+10-40x longer (docs/RESULTS.md, "make run at ten times its budget", measured on a lent GPU).
+
+    python -m experiments.pipeline --config=experiments/configs/quickstart_long.py \
+        --workdir=runs/quickstart_long
+    # the dialogue LM, the customer and the oracle against it along its training only:
+    python -m experiments.pipeline --config=experiments/configs/quickstart_long.py:customer \
+        --workdir=runs/quickstart_long
+
+The dialogue LM is make run's (1,000 updates); the learned customer trains 8,000 updates
+(make run: 200; the oracle plays its checkpoints every 2,000), the BC agent 2,000 (200) and
+ILQL 1,000 from it (200). Every pair plays 200 held-out scenarios.
+"""
+
+import ml_collections
+
+from experiments.configs import quickstart
+
+CUSTOMER_STEPS, CUSTOMER_EVERY = 8000, 2000
+
+
+def get_config(part: str = "all") -> ml_collections.ConfigDict:
+  if part not in ("all", "customer"):
+    raise ValueError(f"quickstart_long.py:{part}: expected 'all' or 'customer'")
+  c = quickstart.get_config()
+  runs = {name: dict(config=module, steps=steps, eval_every=every, init_from=parent)
+          for name, module, steps, every, parent in (
+              ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, ""),
+              ("bc_customer", "bc_airdialogue_customer_quick", CUSTOMER_STEPS, CUSTOMER_EVERY,
+               "dialogue_lm"),
+              ("bc_agent", "bc_airdialogue_quick", 2000, 500, "dialogue_lm"),
+              ("ilql_agent", "ilql_airdialogue_quick", 1000, 500, "bc_agent"))}
+  oracle_pairs = tuple(("scripted_agent:oracle", f"bc_customer@{step}")
+                       for step in range(CUSTOMER_EVERY, CUSTOMER_STEPS, CUSTOMER_EVERY))
+  oracle_pairs += (("scripted_agent:oracle", "bc_customer"),)
+  pairs = oracle_pairs + tuple(p for p in c.evaluation.pairs if p not in oracle_pairs)
+  if part == "customer":
+    runs = {name: runs[name] for name in ("dialogue_lm", "bc_customer")}
+    pairs = oracle_pairs
+  c.runs = ml_collections.ConfigDict(runs)
+  c.evaluation.update(num_dialogues=200, batch_size=200, pairs=pairs)
+  return c
