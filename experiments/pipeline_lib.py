@@ -20,6 +20,7 @@ import datasets
 import ml_collections
 from absl import logging
 
+from calm import data as calm_data
 from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
@@ -82,7 +83,11 @@ def run_config(config: ml_collections.ConfigDict, name: str,
   module, _, argument = spec.config.partition(":")
   get_config = importlib.import_module(f"experiments.configs.{module}").get_config
   run = get_config(argument) if argument else get_config()
-  run.task.root = workdir
+  if run.get("calm_data") is not None:
+    # CALM's task.root follows calm_data (its relabeled copy of this workdir's corpus).
+    run.calm_data.source_root = workdir
+  else:
+    run.task.root = workdir
   run.train.update(steps=spec.steps, eval_every=spec.eval_every,
                    checkpoint_every=spec.eval_every)
   if spec.init_from:
@@ -101,9 +106,14 @@ def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict
   """The MDP datasets every run trains on (built once per task layout); their statistics."""
   stats = {}
   for name in config.runs:
-    task = tasks.make_task(run_config(config, name, workdir))
+    run = run_config(config, name, workdir)
+    kind = ""
+    if run.get("calm_data") is not None:  # The corpus relabeled, with the action head's targets.
+      calm_data.prepare_for(run)
+      kind = "calm_"
+    task = tasks.make_task(run)
     for split, dataset in task.datasets.items():
-      stats[f"{task.role}_{task.context}/{split}"] = mdp_dataset.dataset_stats(dataset)
+      stats[f"{kind}{task.role}_{task.context}/{split}"] = mdp_dataset.dataset_stats(dataset)
   return stats
 
 

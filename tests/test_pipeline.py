@@ -1,6 +1,6 @@
 """`make run`'s pipeline end to end at a test's size: data, tokenizer, task datasets, BC
-agent and BC customer from the dialogue LM, ILQL from the BC agent, online checkpoint
-selection, evaluation, report."""
+agent, CALM agent and BC customer from the dialogue LM, ILQL from the BC agent, online
+checkpoint selection, evaluation, report."""
 
 import json
 import os
@@ -51,6 +51,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
 
   assert report["airdialogue/train"]["n"] == 24
   assert set(report["datasets"]) == {"agent_prefix/train", "agent_prefix/eval",
+                                     "calm_agent_prefix/train", "calm_agent_prefix/eval",
                                      "customer_text/train", "customer_text/eval",
                                      "lm_prefix/train", "lm_prefix/eval"}
   selected = report["selected_checkpoints"]
@@ -58,12 +59,17 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   assert selected["dialogue_lm"] is None  # So does the pretrained trunk.
   # Every party started from the dialogue LM, and ILQL from the BC agent.
   for name, parent in (("bc_agent", "dialogue_lm"), ("bc_customer", "dialogue_lm"),
-                       ("ilql_agent", "bc_agent")):
+                       ("ilql_agent", "bc_agent"), ("calm_agent", "dialogue_lm")):
     with open(os.path.join(workdir, name, "config.json")) as f:
       assert json.load(f)["model"]["init_from"] == os.path.join(workdir, parent)
   assert os.path.exists(report["learning_curves"])
-  for agent in ("bc_agent", "ilql_agent"):
+  for agent in ("bc_agent", "ilql_agent", "calm_agent"):
     assert selected[agent]["step"] == 2 and selected[agent]["metric"] == "return"
+  # CALM trained on this workdir's corpus, relabeled (calm/data.py), with its action head.
+  with open(os.path.join(workdir, "calm_agent", "config.json")) as f:
+    calm_run = json.load(f)
+  assert calm_run["task"]["root"] == os.path.join(workdir, "calm", "relabel=True,seed=0")
+  assert calm_run["algorithm"]["action_head_weight"] > 0
   assert selected["ilql_agent"]["eval"]["best_beta"] in (0.0, 1.0, 4.0, 16.0)
   pairs = [(r["agent"], r["customer"]) for r in report["evaluation"]]
   assert pairs == [tuple(p) for p in config.evaluation.pairs]

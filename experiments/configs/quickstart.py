@@ -1,8 +1,9 @@
 """`make run`: the end-to-end pipeline sized for 2 CPU cores.
 
-Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent and a BC customer
-(the first learned simulator) from it, an ILQL agent from the BC agent -> each
-agent against a scripted customer and the learned one. With its name drill the
+Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent, a CALM agent (on
+the relabeled corpus, with its action head; played greedily, without planning)
+and a BC customer (the first learned simulator) from it, an ILQL agent from the
+BC agent -> each agent against a scripted customer and the learned one. With its name drill the
 dialogue LM copies names after ~500-1,000 updates (docs/RESULTS.md, run F); the
 wall time and the success this budget reaches are measured there. The other
 numbers of docs/RESULTS.md come from longer runs of the same configs (the
@@ -38,6 +39,7 @@ def get_config() -> ml_collections.ConfigDict:
           ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm"),
           ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm"),
           ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent"),
+          ("calm_agent", "calm_airdialogue_quick", 200, 100, "dialogue_lm"),
       )})
   config.training = ml_collections.ConfigDict(dict(
       online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
@@ -55,8 +57,10 @@ def get_config() -> ml_collections.ConfigDict:
       # The corpus speaks the training phrasing families (family_split.json); each learned
       # agent also meets the held-out ones: its generalization gap.
       pairs=(("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
+             ("calm_agent", "scripted:volunteer"),
              ("bc_agent", "scripted:volunteer/held_out"),
              ("ilql_agent", "scripted:volunteer/held_out"),
+             ("calm_agent", "scripted:volunteer/held_out"),
              ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
   ))
   return config

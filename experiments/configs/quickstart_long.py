@@ -8,8 +8,8 @@
         --workdir=runs/quickstart_long
 
 The dialogue LM is make run's (1,000 updates); the learned customer trains 8,000 updates
-(make run: 200; the oracle plays its checkpoints every 2,000), the BC agent 2,000 (200) and
-ILQL 1,000 from it (200). Every pair plays 200 held-out scenarios.
+(make run: 200; the oracle plays its checkpoints every 2,000), the BC and CALM agents 2,000
+(200) and ILQL 1,000 from the BC agent (200). Every pair plays 200 held-out scenarios.
 """
 
 import ml_collections
@@ -29,7 +29,8 @@ def get_config(part: str = "all") -> ml_collections.ConfigDict:
               ("bc_customer", "bc_airdialogue_customer_quick", CUSTOMER_STEPS, CUSTOMER_EVERY,
                "dialogue_lm"),
               ("bc_agent", "bc_airdialogue_quick", 2000, 500, "dialogue_lm"),
-              ("ilql_agent", "ilql_airdialogue_quick", 1000, 500, "bc_agent"))}
+              ("ilql_agent", "ilql_airdialogue_quick", 1000, 500, "bc_agent"),
+              ("calm_agent", "calm_airdialogue_quick", 2000, 500, "dialogue_lm"))}
   oracle_pairs = tuple(("scripted_agent:oracle", f"bc_customer@{step}")
                        for step in range(CUSTOMER_EVERY, CUSTOMER_STEPS, CUSTOMER_EVERY))
   oracle_pairs += (("scripted_agent:oracle", "bc_customer"),)
