@@ -293,8 +293,9 @@ OTHER_ROLE = {"agent": "customer", "customer": "agent",
 def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | None:
   """A party spec (ilql_dialogue/simulators.py) that can play `role`; the config of a
   training workdir's."""
-  from ilql_dialogue import simulators
+  from ilql_dialogue import init_from, simulators
 
+  workdir, step = init_from.split_step(spec)
   if spec.startswith((simulators.SCRIPTED_CUSTOMER_PREFIX, simulators.SCRIPTED_AGENT_PREFIX)):
     with reported_as(what):
       simulators.make_party(spec, role)
@@ -311,8 +312,7 @@ def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | 
     with reported_as(what):
       _, inner = parse_spec(spec)
     return check_party(inner, role, what)
-  elif os.path.isdir(simulators.workdir_and_step(spec)[0]):
-    workdir, step = simulators.workdir_and_step(spec)
+  elif os.path.isdir(workdir):
     config = training_workdir(workdir, what, step)
     trained = trained_role(workdir, config, what)
     if trained != role:

@@ -14,7 +14,7 @@ from absl import flags, logging
 
 from experiments import cli, configs, pipeline_lib
 from experiments.configs import quickstart
-from ilql_dialogue import simulators
+from ilql_dialogue import init_from
 
 _CONFIG = cli.define_config_file(
     "config", "experiments/configs/quickstart.py", "Pipeline configuration file.")
@@ -49,7 +49,7 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> None:
     roles[name] = run_config.task.role
   for agent, customer in config.evaluation.pairs:
     for spec, role in ((agent, "agent"), (customer, "customer")):
-      name, step = simulators.workdir_and_step(spec)
+      name, step = init_from.split_step(spec)
       if name not in roles:
         cli.check_party(spec, role, "config.evaluation.pairs")
       elif step is not None and not _saves(config.runs[name], step):

@@ -25,7 +25,7 @@ from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from experiments import customer_fidelity, evaluate_lib, train_lib
-from ilql_dialogue import checkpointing, metrics as metrics_lib, policy_io, simulators, tasks
+from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, policy_io, tasks
 
 SPLITS = ("train", "eval")
 
@@ -173,7 +173,7 @@ def _party(spec: str, config: ml_collections.ConfigDict, workdir: str) -> str:
 
 def run_name(spec: str) -> str:
   """'bc_customer@4000' -> 'bc_customer': the run a pair's spec names, if it names one."""
-  return simulators.workdir_and_step(spec)[0]
+  return init_from.split_step(spec)[0]
 
 
 def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,

@@ -74,14 +74,20 @@ class Source:
     return path if os.path.exists(path) else None
 
 
+def split_step(spec: str) -> tuple[str, int | None]:
+  """'runs/cust@2400' -> ('runs/cust', 2400): a workdir's checkpoint at a step (init_from,
+  party specs); a path that exists as written, or one without @STEP, -> (spec, None)."""
+  path, sep, step = spec.rpartition("@")
+  if sep and step.isdigit() and not os.path.exists(spec):
+    return path, int(step)
+  return spec, None
+
+
 def parse(spec: str) -> Source:
   """The source `spec` names; FileNotFoundError / ValueError name what is wrong with it."""
-  path, step = spec, None
-  if "@" in spec and not os.path.exists(spec):
-    path, _, step_text = spec.rpartition("@")
-    if not step_text.isdigit():
-      raise ValueError(f"config.model.init_from={spec!r}: expected DIR@STEP with an integer STEP")
-    step = int(step_text)
+  path, step = split_step(spec)
+  if step is None and "@" in spec and not os.path.exists(spec):
+    raise ValueError(f"config.model.init_from={spec!r}: expected DIR@STEP with an integer STEP")
   if not os.path.exists(path):
     raise FileNotFoundError(f"config.model.init_from={spec!r}: {path} does not exist")
   if os.path.isfile(path):

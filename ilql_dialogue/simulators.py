@@ -70,6 +70,7 @@ from data_pipelines.dialogue import Turn
 from data_pipelines.mdp import SerializeContext
 from data_pipelines.persuasion import loader as persuasion_loader
 from data_pipelines.tokenization import DialogueTokenizer
+from ilql_dialogue import init_from
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import init_cache
@@ -589,15 +590,6 @@ def _name_and_family(spec: str, prefix: str) -> tuple[str, str]:
   return name, family or DEFAULT_FAMILY
 
 
-def workdir_and_step(spec: str) -> tuple[str, int | None]:
-  """'runs/cust@2400' -> ('runs/cust', 2400): a checkpoint other than the selected one, to
-  evaluate a simulator along its training; a path that exists as written is taken whole."""
-  path, sep, step = spec.rpartition("@")
-  if sep and step.isdigit() and not os.path.exists(spec):
-    return path, int(step)
-  return spec, None
-
-
 def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   """The party a spec string names (module docstring), to play `role`.
 
@@ -621,7 +613,7 @@ def make_party(spec: str, role: str, **lm_options: Any) -> Party:
   if spec.startswith(CALM_PREFIX):
     from calm import planning  # Builds on this module.
     return planning.from_spec(spec, role, **lm_options)
-  workdir, step = workdir_and_step(spec)
+  workdir, step = init_from.split_step(spec)  # WORKDIR@STEP: a simulator along its training.
   if os.path.isdir(workdir):
     from ilql_dialogue import policy_io  # Loads orbax/datasets only when a checkpoint is used.
     return policy_io.lm_party(policy_io.load_policy(workdir, step=step), role, **lm_options)
