@@ -7,6 +7,7 @@ Arrow shards as it goes, so memory stays bounded by one writer batch.
 from __future__ import annotations
 
 import concurrent.futures
+import hashlib
 import multiprocessing
 import os
 import tempfile
@@ -169,6 +170,30 @@ def load_mdp_dataset(directory: str) -> datasets.Dataset:
   if missing:
     raise ValueError(f"{directory}: field(s) {missing} missing; not an MDP dataset")
   return ds
+
+
+def parse_part(spec: str) -> tuple[int, int] | None:
+  """'K/N' -> (K, N), the K-th of N disjoint parts (0 <= K < N); '' -> None (everything)."""
+  if not spec:
+    return None
+  part, sep, parts = spec.partition("/")
+  if not (sep and part.isdigit() and parts.isdigit() and 0 <= int(part) < int(parts)):
+    raise ValueError(f"data part {spec!r}: expected K/N with 0 <= K < N, e.g. 0/2")
+  return int(part), int(parts)
+
+
+def dialogue_part(ds: datasets.Dataset, part: int, parts: int) -> datasets.Dataset:
+  """The rows of the dialogues in part `part` of `parts` disjoint parts, by a stable hash of
+  the dialogue id: every window of a dialogue lands in the same part, and the parts are the
+  same on every machine and run, so simulators trained on different parts never share a
+  dialogue (a panel that differs in data, cotraining/panels.py)."""
+  ids = ds.unique("dialogue_id")
+  keep = {i for i in ids
+          if int.from_bytes(hashlib.sha1(i.encode()).digest()[:8], "big") % parts == part}
+  rows = [r for r, i in enumerate(ds["dialogue_id"]) if i in keep]
+  if not rows:
+    raise ValueError(f"data part {part}/{parts}: none of the {len(ids)} dialogues falls in it")
+  return ds.select(rows)
 
 
 def dataset_stats(ds: datasets.Dataset, batch_size: int = 4096) -> dict[str, Any]:

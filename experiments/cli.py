@@ -376,6 +376,9 @@ def check_train_fields(config: ml_collections.ConfigDict, where: str = "config")
       bc.model_config(probe)
   if config.get("task") is not None:
     check_task(config, where, paths=False)
+    from data_pipelines import mdp_dataset
+    with reported_as(f"{where}.data.train_part"):
+      mdp_dataset.parse_part((config.get("data") or {}).get("train_part", ""))
   elif config.get("data") is None:
     raise BadInput(f"{where}: section 'task' or 'data' missing")
   elif not config.data.get("synthetic") and not config.data.get("dataset_dir"):

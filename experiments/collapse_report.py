@@ -139,14 +139,14 @@ def arm_report(name: str, seeds: Sequence[str], compare_dir: str, training_tag: 
   selected = [policy_io.selected(wd) or {} for wd in seeds]
   row["selected_steps"] = [meta.get("step") for meta in selected]
   row["curves"] = {
-      "train_reward": _mean_curve([[(r["step"], r["reward"]) for r in train] for train, _ in logs]),
-      "validation": _mean_curve([[(r["step"], r["return"]) for r in evals if "return" in r]
+      "train_reward": mean_curve([[(r["step"], r["reward"]) for r in train] for train, _ in logs]),
+      "validation": mean_curve([[(r["step"], r["return"]) for r in evals if "return" in r]
                                  for _, evals in logs]),
   }
   return row
 
 
-def _mean_curve(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+def mean_curve(curves: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
   """Mean over seeds at the steps every seed logged."""
   steps = sorted(set.intersection(*(set(s for s, _ in c) for c in curves)))
   values = [dict(c) for c in curves]

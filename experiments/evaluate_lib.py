@@ -29,13 +29,14 @@ from ilql_dialogue.value_heads import ILQLModel
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def _slug(spec: str) -> str:
+def slug(spec: str) -> str:
+  """A file-name-safe short name of a party spec (a workdir's base name)."""
   name = os.path.basename(os.path.abspath(spec)) if os.path.isdir(spec) else spec
   return _SLUG_RE.sub("-", name).strip("-") or "party"
 
 
 def default_tag(agent: str, customer: str, seed: int, num_dialogues: int) -> str:
-  return f"{_slug(agent)}_vs_{_slug(customer)}_seed{seed}_n{num_dialogues}"
+  return f"{slug(agent)}_vs_{slug(customer)}_seed{seed}_n{num_dialogues}"
 
 
 def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
@@ -148,6 +149,31 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
   return eval_fn
 
 
+def play_environment(env: Any, parties: Mapping[str, Any], scenarios: Sequence[Any], *,
+                     batch_size: int, max_turns: int, seed: int) -> list[Any]:
+  """Every scenario played to its end by `parties` (role -> Party), `batch_size` at a time."""
+  from ilql_dialogue import environment  # The engine; AirDialogue's path above predates it.
+
+  episodes = []
+  for start in range(0, len(scenarios), batch_size):
+    episodes += environment.play(env, parties, scenarios[start:start + batch_size],
+                                 max_turns=max_turns, seed=seed)
+  return episodes
+
+
+def summarize_environment(env: Any, episodes: Sequence[Any]) -> dict[str, Any]:
+  """Mean reward +- its standard error, mean turns, and the environment's own counts
+  (`env.metrics`: P4G's stated, unparsable and missing donations) where it has them."""
+  rewards = np.asarray([env.reward(e) for e in episodes], np.float64)
+  out = {"return": float(rewards.mean()),
+         "return_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
+         if len(rewards) > 1 else float("nan"),
+         "mean_turns": float(np.mean([len(e.turns) for e in episodes]))}
+  if hasattr(env, "metrics"):
+    out.update({k: v for k, v in env.metrics(episodes).items() if k not in out})
+  return out
+
+
 def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                         num_dialogues: int = 64, seed: int = 2000, batch_size: int = 16,
                         max_turns: int = 24, include_context: bool = True,
@@ -158,11 +184,8 @@ def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, oppon
   (ilql_dialogue/environment.py: e.g. Persuasion for Good's held-out personas) against
   `opponent` in every other role: "return" is the mean of env.reward over the dialogues
   (what online RL maximizes, so checkpoints are selected by it), with its standard error,
-  and the environment's own counts (`env.metrics`: P4G's stated, unparsable and missing
-  donations) where it has them. The scenarios are env.sample(seed, num_dialogues), fixed
+  and the environment's own counts. The scenarios are env.sample(seed, num_dialogues), fixed
   across steps; keep `seed` apart from the training and test seeds."""
-  from ilql_dialogue import environment  # The engine; AirDialogue's path above predates it.
-
   scenarios = env.sample(seed, num_dialogues)
   others = {r: simulators.make_party(opponent, r, **(opponent_options or {}))
             for r in env.turn_order if r != role}
@@ -171,19 +194,46 @@ def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, oppon
     del step
     party = simulators.LMParty(model, tokenizer, role, include_context=include_context,
                                serialize_context=serialize_context, **lm_options)
-    episodes = []
-    for start in range(0, len(scenarios), batch_size):
-      episodes += environment.play(env, {**others, role: party},
-                                   scenarios[start:start + batch_size], max_turns=max_turns,
-                                   seed=seed)
-    rewards = np.asarray([env.reward(e) for e in episodes], np.float64)
-    out = {"return": float(rewards.mean()),
-           "return_stderr": float(rewards.std(ddof=1) / np.sqrt(len(rewards)))
-           if len(rewards) > 1 else float("nan"),
-           "mean_turns": float(np.mean([len(e.turns) for e in episodes]))}
-    if hasattr(env, "metrics"):
-      out.update({k: v for k, v in env.metrics(episodes).items() if k not in out})
-    return out
+    return summarize_environment(env, play_environment(
+        env, {**others, role: party}, scenarios, batch_size=batch_size, max_turns=max_turns,
+        seed=seed))
 
   return eval_fn
 
+
+def evaluate_environment(env: Any, role: str, party: str, opponent: str, *, num_dialogues: int,
+                         workdir: str, seed: int, batch_size: int = 16, max_turns: int = 24,
+                         lm_options: Mapping[str, Any] | None = None,
+                         opponent_options: Mapping[str, Any] | None = None,
+                         tag: str = "") -> dict[str, Any]:
+  """`evaluate` for any environment: the `party` spec plays `role` against the `opponent`
+  spec in every other role on env.sample(seed, num_dialogues); writes one transcript per
+  dialogue to transcripts_<tag>.jsonl and the summary (summarize_environment) to
+  eval_<tag>.json, and returns the summary."""
+  if num_dialogues < 1:
+    raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
+  parties = {r: simulators.make_party(party if r == role else opponent, r,
+                                      **dict((lm_options if r == role else opponent_options)
+                                             or {}))
+             for r in env.turn_order}
+  tag = tag or default_tag(party, opponent, seed, num_dialogues)
+  os.makedirs(workdir, exist_ok=True)
+  start = time.perf_counter()
+  episodes = play_environment(env, parties, env.sample(seed, num_dialogues),
+                              batch_size=batch_size, max_turns=max_turns, seed=seed)
+  elapsed = time.perf_counter() - start
+  transcripts_path = os.path.join(workdir, f"transcripts_{tag}.jsonl")
+  with open(transcripts_path, "w", encoding="utf-8") as f:
+    for e in episodes:
+      f.write(json.dumps({"key": e.key, "turns": [[t.speaker, t.text] for t in e.turns],
+                          "end_reason": e.end_reason, "info": dict(e.info),
+                          "reward": env.reward(e)}, ensure_ascii=False, default=str) + "\n")
+  summary = summarize_environment(env, episodes)
+  summary.update(role=role, party=party, opponent=opponent, seed=seed, n=len(episodes),
+                 batch_size=batch_size, max_turns=max_turns, lm_options=dict(lm_options or {}),
+                 opponent_options=dict(opponent_options or {}), elapsed_s=elapsed,
+                 transcripts=transcripts_path)
+  with open(os.path.join(workdir, f"eval_{tag}.json"), "w", encoding="utf-8") as f:
+    json.dump(summary, f, indent=2)
+    f.write("\n")
+  return summary

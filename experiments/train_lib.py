@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 from typing import Iterator
 
@@ -85,19 +86,49 @@ def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | 
   """Plays the model on held-out scenarios at each evaluation (config.online_eval, off
   when num_dialogues is 0): the "return" that config.selection keeps the best checkpoint
   by. AirDialogue's success by default; with `rl.env` another environment (P4G), its
-  mean reward on the `online_eval.split` ("eval") scenarios."""
+  mean reward on the `online_eval.split` ("eval") scenarios.
+
+  `online_eval.held_out` names held-out opponents (party specs) played on the same
+  scenarios at every evaluation, logged as `held_out/<name>/<metric>`: the curve of
+  how training against one simulator transfers to others, which selection never
+  reads (it reads "return", the training opponent's), so no checkpoint is chosen
+  on a held-out simulator."""
   online = config.get("online_eval")
   if online is None or online.num_dialogues <= 0:
     return None
+  held_out = tuple(online.get("held_out", ()))
+  if held_out:
+    from cotraining import panels  # Two specs are one simulator when their sources agree.
+    rl = config.get("rl") or {}
+    trained = {panels.source(s): s for s in (online.opponent, rl.get("opponent")) if s}
+    for spec in held_out:
+      if panels.source(spec) in trained:
+        raise ValueError(f"config.online_eval.held_out names {spec!r}, the simulator "
+                         f"{trained[panels.source(spec)]!r} trains or selects against; a "
+                         f"held-out simulator must be another one")
   from experiments import evaluate_lib
-  rl = config.get("rl")
+  names = [evaluate_lib.slug(spec) for spec in held_out]
+  if len(set(names)) != len(names):
+    raise ValueError(f"config.online_eval.held_out {list(held_out)}: two specs share the "
+                     f"name {names}; give their workdirs distinct names")
+  make = functools.partial(_opponent_eval_fn, task, config)
+  fns = [make(online.opponent)]
+  for name, spec in zip(names, held_out):
+    fns.append(train_loop.prefixed_evaluator(make(spec), f"held_out/{name}/"))
+  return fns[0] if len(fns) == 1 else train_loop.merged_evaluators(*fns)
+
+
+def _opponent_eval_fn(task, config: ml_collections.ConfigDict,
+                      opponent: str) -> train_loop.EvalFn:
+  from experiments import evaluate_lib
+  online, rl = config.online_eval, config.get("rl")
   if rl is not None and rl.get("env", "airdialogue") != "airdialogue":
     from cotraining import launch  # The environments' table.
 
     held_out = ml_collections.ConfigDict(rl.to_dict())
     held_out.split = online.get("split", "eval")
     return evaluate_lib.environment_eval_fn(
-        launch.make_env(held_out), task.tokenizer, task.role, online.opponent,
+        launch.make_env(held_out), task.tokenizer, task.role, opponent,
         num_dialogues=online.num_dialogues, seed=online.seed, batch_size=online.batch_size,
         max_turns=online.max_turns, include_context=task.include_context,
         serialize_context=task.serialize_context, temperature=online.temperature,
@@ -105,7 +136,7 @@ def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | 
         opponent_options={"temperature": rl.get("opponent_temperature", 1.0),
                           "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
-      task.tokenizer, task.role, online.opponent, num_dialogues=online.num_dialogues,
+      task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,
       seed=online.seed, batch_size=online.batch_size, max_turns=online.max_turns,
       include_context=task.include_context, serialize_context=task.serialize_context,
       prefix_fields=None if task.prefix is None else task.prefix.fields,
@@ -132,11 +163,16 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   algorithm = registry.make_algorithm(config)
   eval_fn = None
   if config.get("task") is not None:  # A dataset role with its own data plumbing (tasks/).
+    from data_pipelines import mdp_dataset
     from ilql_dialogue import tasks
+    part = mdp_dataset.parse_part((config.get("data") or {}).get("train_part", ""))
     task = tasks.make_task(config)
     tasks.configure_model(config, task)
     if jax.process_index() == 0:  # A later run's init_from checks it reads the same ids.
       task.tokenizer.save(os.path.join(workdir, init_from.TOKENIZER_DIR))
+    if part is not None:  # A simulator of a panel that differs in its data.
+      task = dataclasses.replace(task, datasets={
+          **task.datasets, "train": mdp_dataset.dialogue_part(task.datasets["train"], *part)})
     if hasattr(algorithm, "filter_dataset"):  # Filtered BC trains on its top dialogues only.
       task = dataclasses.replace(task, datasets={
           **task.datasets, "train": algorithm.filter_dataset(task.datasets["train"])})

@@ -191,6 +191,16 @@ def merged_evaluators(*eval_fns: EvalFn) -> EvalFn:
   return eval_fn
 
 
+def prefixed_evaluator(eval_fn: EvalFn, prefix: str) -> EvalFn:
+  """`eval_fn` with every metric name prefixed, so several opponents' metrics can be merged
+  without one's "return" replacing another's (the selected one)."""
+
+  def prefixed(model: nnx.Module, step: int) -> dict[str, float]:
+    return {prefix + k: v for k, v in eval_fn(model, step).items()}
+
+  return prefixed
+
+
 def _check_finite(records: list[tuple[int, dict[str, float]]], last_good: int | None) -> None:
   for step, values in records:
     bad = [k for k in WATCHED_METRICS if k in values and not math.isfinite(values[k])]

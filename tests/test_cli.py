@@ -120,6 +120,14 @@ CASES = {
         ("data_pipelines.airdialogue.arrow", f"--data={p['data_json']}",
          "--kb=/nonexistent/kb.json", f"--out={p['root']}/corpus.arrow"),
         ["--kb=/nonexistent/kb.json: no such file"]),
+    "train: a data part that is not K/N": lambda p: (
+        ("experiments.train", "--config=experiments/configs/bc_persuasion_quick.py",
+         f"--workdir={p['root']}/p4g", "--config.data.train_part=2/2"),
+        ["config.data.train_part: data part '2/2': expected K/N"]),
+    "evaluate_env: party trained as the persuadee's opponent": lambda p: (
+        ("experiments.evaluate_env", "--role=persuader", f"--party={p['customer_run']}",
+         "--opponent=test_persuasion_env:GenerousPersuadee", f"--workdir={p['root']}/ev"),
+        [f"--party={p['customer_run']}: trained to play 'customer'"]),
     "persuasion stats: missing data dir": lambda p: (
         ("data_pipelines.persuasion.stats", "--data_dir=/nonexistent/p4g"),
         ["--data_dir=/nonexistent/p4g: no such directory"]),

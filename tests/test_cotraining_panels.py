@@ -6,7 +6,8 @@ import ml_collections
 import pytest
 
 from cotraining import launch, panels
-from experiments.configs import collapse_airdialogue_quick, panel_airdialogue, panel_persuasion
+from experiments.configs import (collapse_airdialogue_quick, collapse_persuasion_quick,
+                                 panel_airdialogue, panel_persuasion)
 
 
 def rl_config(opponent, panel):
@@ -71,9 +72,12 @@ def test_a_single_spec_is_one_member():
   assert [m.spec for m in panel.training] == ["runs/c0"]
 
 
-@pytest.mark.parametrize("arm", collapse_airdialogue_quick.ARMS)
-def test_collapse_arms_share_one_simulator_reference(arm):
-  c = collapse_airdialogue_quick.get_config(arm)
+COLLAPSE_CONFIGS = (collapse_airdialogue_quick, collapse_persuasion_quick)
+
+
+@pytest.mark.parametrize("module,arm", [(m, a) for m in COLLAPSE_CONFIGS for a in m.ARMS])
+def test_collapse_arms_share_one_simulator_reference(module, arm):
+  c = module.get_config(arm)
   c.simulator = "runs/sim"
   assert c.online_eval.opponent == "runs/sim"  # Selection plays the frozen training simulator.
   assert c.rl.opponent == ("vs:k=5,pick=uniform:runs/sim" if arm == "vs" else "runs/sim")
@@ -86,8 +90,18 @@ def test_collapse_arms_share_one_simulator_reference(arm):
   assert [m.spec for m in panels.from_config(c.rl.panel).training] == ["runs/sim"]
 
 
-def test_collapse_refuses_a_held_out_simulator():
-  c = collapse_airdialogue_quick.get_config("vs")
-  c.simulator = collapse_airdialogue_quick.HELD_OUT[0]
+@pytest.mark.parametrize("module", COLLAPSE_CONFIGS)
+def test_collapse_refuses_a_held_out_simulator(module):
+  c = module.get_config("vs")
+  c.simulator = module.HELD_OUT[0]
   with pytest.raises(ValueError, match="held out"):
     panels.refuse_held_out(c.rl)
+
+
+def test_persuasion_arms_play_the_held_out_panel_and_cotrain_zero_sum():
+  for arm in collapse_persuasion_quick.ARMS:
+    c = collapse_persuasion_quick.get_config(arm)
+    assert tuple(c.online_eval.held_out) == collapse_persuasion_quick.HELD_OUT
+    assert (c.rl.env, c.task.role, c.task.root) == ("persuasion", "persuader", "runs/p4g")
+    if arm in ("cotrain", "population"):
+      assert c.rl.cotrain.simulator_reward == "zero_sum"

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from data_pipelines import mdp
-from data_pipelines.mdp_dataset import build_dataset, dataset_stats, load_mdp_dataset
+from data_pipelines.mdp_dataset import (build_dataset, dataset_stats, dialogue_part,
+                                        load_mdp_dataset, parse_part)
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl, write_jsonl
 from data_pipelines.tokenization import DialogueTokenizer, train_tokenizer
 
@@ -234,6 +235,24 @@ def test_build_dataset_save_load_round_trip(tmp_path):
   assert stats["examples"] == len(dialogues) and stats["tokens"] == sum(lengths)
   assert 0 < stats["action_token_fraction"] < 1 and 0 < stats["truncated_fraction"] < 1
   assert stats["terminal_fraction"] == pytest.approx(1 - stats["truncated_fraction"])
+
+
+def test_dialogue_parts_are_disjoint_cover_everything_and_keep_dialogues_whole(tmp_path):
+  dialogues = corpus(24)
+  ds = build_dataset(dialogues, tok(), "agent", 96, cache_dir=str(tmp_path / "cache"))
+  ds = ds.add_item({**ds[0]})  # A second window of dialogue 0: it must go where the first goes.
+  parts = [dialogue_part(ds, k, 3) for k in range(3)]
+  ids = [p["dialogue_id"] for p in parts]
+  assert sorted(i for part in ids for i in part) == sorted(ds["dialogue_id"])
+  assert all(set(a).isdisjoint(b) for a, b in ((ids[0], ids[1]), (ids[0], ids[2]),
+                                                (ids[1], ids[2])))
+  assert all(part.count(ds[0]["dialogue_id"]) in (0, 2) for part in ids)
+  assert all(len(set(part)) >= 3 for part in ids)  # A hash split, not one part taking all.
+  assert dialogue_part(ds, 1, 3)["dialogue_id"] == ids[1]  # The same on every call.
+  assert parse_part("") is None and parse_part("1/2") == (1, 2)
+  for bad in ("2/2", "1", "a/2", "-1/2"):
+    with pytest.raises(ValueError, match="expected K/N"):
+      parse_part(bad)
 
 
 def test_build_dataset_never_drops_silently(tmp_path):

@@ -56,6 +56,16 @@ class ScriptedPersuadee:
     return replies
 
 
+class GenerousPersuadee:
+  """Gives everything at its first turn: a held-out simulator unlike ScriptedPersuadee."""
+
+  def reset(self, contexts, seeds):
+    del contexts, seeds
+
+  def respond(self, histories):
+    return [None if h is None else "sure! [donate] 2 [/donate]" for h in histories]
+
+
 class ScriptedPersuader:
   """Says one of PERSUADER_LINES a turn, drawn from its row seed."""
 
@@ -197,12 +207,20 @@ def test_grpo_steps_through_the_launcher_with_the_persuasion_env(tmp_path):
                       head_dim=16, mlp_dim=64, max_seq_len=128)
   config.rl.update(data_dir=data_dir, opponent="test_persuasion_env:ScriptedPersuadee",
                    scenarios=2, group_size=4, max_turns=6, max_new_tokens=8, seq_len=128)
-  config.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=2,
-                      progress_bar=False)
+  config.train.update(steps=2, batch_size=8, log_every=1, checkpoint_every=2, eval_every=2,
+                      eval_at_start=False, progress_bar=False)
+  config.online_eval.update(num_dialogues=4, batch_size=4, max_turns=6, max_new_tokens=8,
+                            held_out=("test_persuasion_env:GenerousPersuadee",))
   workdir = str(tmp_path / "grpo")
   launcher.run(config, workdir)
-  train = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
-           if r["split"] == "train"]
+  records = metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
+  train = [r for r in records if r["split"] == "train"]
+  # The held-out persuadee is played on the same scenarios and logged apart; "return" (what
+  # selection reads) stays the training opponent's.
+  (evaluation,) = [r for r in records if "return" in r]
+  held_out = "held_out/test_persuasion_env-GenerousPersuadee/"
+  assert evaluation[held_out + "return"] == 1.0 and evaluation[held_out + "donation/stated"] == 4
+  assert evaluation["return"] < 1.0
   assert [r["step"] for r in train] == [1, 2]
   assert all(math.isfinite(r["loss"]) and 0 <= r["reward"] <= 1 for r in train)
   # Step 1 trains at the behaviour parameters: the trainer re-scores what the sampler drew.
@@ -222,3 +240,31 @@ def test_only_the_persuadee_may_write_the_donation_block():
   donate = {tok.marker_ids[loader.DONATION_OPEN], tok.marker_ids[loader.DONATION_CLOSE]}
   assert donate <= set(simulators.forbidden_token_ids(tok, "persuader"))
   assert not donate & set(simulators.forbidden_token_ids(tok, "persuadee"))
+
+
+def test_the_training_opponent_cannot_be_held_out(tmp_path):
+  config = grpo_persuasion_quick.get_config()
+  config.online_eval.held_out = ("scripted:volunteer", "vs:k=5:" + config.rl.opponent)
+  with pytest.raises(ValueError, match="the simulator .* trains or selects against"):
+    launcher.online_eval(None, config)
+
+
+def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
+  """The scripted persuader against the generous persuadee: every dialogue states 2 dollars
+  at the persuadee's first turn, so the mean reward is exactly 1 over the n transcripts."""
+  import json
+
+  from experiments import evaluate_lib
+
+  env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
+  summary = evaluate_lib.evaluate_environment(
+      env, PERSUADER, "test_persuasion_env:ScriptedPersuader",
+      "test_persuasion_env:GenerousPersuadee", num_dialogues=5, workdir=str(tmp_path / "eval"),
+      seed=1000, batch_size=2, tag="t")
+  assert (summary["return"], summary["n"], summary["donation/stated"]) == (1.0, 5, 5)
+  assert summary["mean_turns"] == 2.0
+  lines = [json.loads(l) for l in open(tmp_path / "eval" / "transcripts_t.jsonl")]
+  assert [l["key"] for l in lines] == [f"1000:{i}" for i in range(5)]
+  assert all(l["reward"] == 1.0 and l["turns"][-1][0] == PERSUADEE for l in lines)
+  with open(tmp_path / "eval" / "eval_t.json") as f:
+    assert json.load(f)["return"] == 1.0

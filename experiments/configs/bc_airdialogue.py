@@ -32,6 +32,7 @@ def online_eval_section(**overrides) -> ml_collections.ConfigDict:
       betas=(0.0,),  # ILQL sweeps value guidance; "return" is the best of them.
       temperature=0.0,  # Greedy: the agent is selected acting as it will be measured.
       max_new_tokens=64,
+      held_out=(),  # Opponents also played and logged as held_out/NAME/..., never selected on.
   ), **overrides))
 
 

@@ -32,7 +32,10 @@ def get_config() -> ml_collections.ConfigDict:
       head_dim=64, mlp_dim=3072, max_seq_len=1024, qkv_bias=True, attn_out_bias=True,
       mlp_bias=True, tie_embeddings=True, dtype="bfloat16", param_dtype="float32",
       prefix_field_vocab_sizes=(), prefix_num_rows=0, init_from=""))
-  c.data = ml_collections.ConfigDict(dict(eval_batches=8, bucket_boundaries=()))
+  c.data = ml_collections.ConfigDict(dict(
+      eval_batches=8, bucket_boundaries=(),
+      train_part="",  # "K/N": only the K-th of N disjoint parts of the training dialogues.
+  ))
   c.offline_eval = ml_collections.ConfigDict(dict(
       batch_size=32, max_new_tokens=96, max_dialogues=0, max_batches=0))
   # 915 training dialogues: ~14 epochs at batch 32.

@@ -4,7 +4,9 @@ held out.
     c.rl.panel = panel_persuasion.get_config()  # in a cotraining config (cotraining/launch.py)
 
 Learned persuadees (bc_persuasion_persuadee[_quick].py workdirs under ROOT)
-differ in seed, data subset, size and decoding; no checkpoint is on both
+differ in seed (--config.seed), data subset (--config.data.train_part=0/2 for
+half_data, 1/2 for other_half_data: disjoint halves of the training
+dialogues), size and decoding; no checkpoint is on both
 sides. An instruction-tuned LLM behind a loopback OpenAI-compatible endpoint
 (experiments/serve.py, cotraining/vs_llm.py) is held out. Training against a
 held-out member is refused (cotraining/panels.py).

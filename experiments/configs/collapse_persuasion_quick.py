@@ -1,0 +1,63 @@
+"""The simulator-collapse comparison on Persuasion for Good (BRIEF §5), sized for 2 CPU cores.
+
+    python -m experiments.train --config=experiments/configs/bc_persuasion_quick.py \
+        --workdir=runs/p4g/persuader_bc --config.task.root=runs/p4g
+    python -m experiments.train --config=experiments/configs/bc_persuasion_persuadee_quick.py \
+        --workdir=runs/p4g/persuadee_sS --config.task.root=runs/p4g --config.seed=S  # S = 0, 1, 2
+    python -m experiments.train --config=experiments/configs/bc_persuasion_persuadee_quick.py \
+        --workdir=runs/p4g/persuadee_half1 --config.task.root=runs/p4g --config.seed=3 \
+        --config.data.train_part=1/2
+    python -m experiments.train --config=experiments/configs/collapse_persuasion_quick.py:ARM \
+        --workdir=runs/p4g/ARM_s0 --config.seed=0
+
+Every arm starts from the same BC persuader (also its KL reference) and gets
+grpo_persuasion_quick.py's budget and GRPO settings; only who plays the
+persuadee differs, as in collapse_airdialogue_quick.py:
+
+    single      the training persuadee (seed 0), frozen, sampled at temperature 0.3;
+    vs          the same persuadee with Verbalized Sampling (k = 5, uniform pick, T = 1);
+    cotrain     Co-Training: the persuadee starts from the same checkpoint and is
+                trained alongside by GRPO on its own turns with the zero-sum reward
+                1 - donation / 2 and a KL to itself;
+    population  Population Co-Training: cotrain plus a FIFO pool of its saved checkpoints.
+
+The persuadees trained with seeds 1 and 2, and the one trained on half the
+dialogues (a disjoint hash half, mdp_dataset.dialogue_part), are held out: refused for training
+and selection (rl.panel), and played at every evaluation on the held-out
+personas (online_eval.held_out: the held_out/NAME/return curves). Checkpoints
+are selected against the frozen training persuadee only.
+"""
+
+import ml_collections
+
+from experiments.configs import grpo_persuasion_quick
+
+ARMS = ("single", "vs", "cotrain", "population")
+ROOT = "runs/p4g"
+SIMULATOR = ROOT + "/persuadee_s0"
+HELD_OUT = (ROOT + "/persuadee_s1", ROOT + "/persuadee_s2", ROOT + "/persuadee_half1")
+SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
+VS_SPEC = "vs:k=5,pick=uniform:"
+
+
+def get_config(arm: str = "single") -> ml_collections.ConfigDict:
+  if arm not in ARMS:
+    raise ValueError(f"collapse_persuasion_quick: arm {arm!r}; known: {ARMS}")
+  c = grpo_persuasion_quick.get_config()
+  c.task.root = ROOT
+  c.model.init_from = ROOT + "/persuader_bc"
+  simulator = ml_collections.FieldReference(SIMULATOR)
+  c.simulator = simulator
+  del c.rl["opponent"], c.online_eval["opponent"]  # Unlink grpo's one shared opponent reference.
+  c.rl.opponent = VS_SPEC + simulator if arm == "vs" else simulator
+  c.rl.opponent_temperature = SINGLE_TEMPERATURE if arm == "single" else 1.0
+  c.online_eval.opponent = simulator
+  c.online_eval.held_out = HELD_OUT
+  c.rl.panel = ml_collections.ConfigDict(dict(training=simulator, held_out=HELD_OUT))
+  if arm in ("cotrain", "population"):
+    c.rl.cotrain = ml_collections.ConfigDict(dict(
+        enabled=True, simulator_reward="zero_sum", kl_coef=0.005, temperature=0.7,
+        simulator_init_from=simulator))
+    c.rl.population = ml_collections.ConfigDict(dict(
+        enabled=arm == "population", capacity=10, add_every=16))
+  return c
