@@ -14,8 +14,9 @@ with the standard error of that mean (seeds carry the training noise); the
 held-out mean is, per seed, the mean over the held-out simulators.
 
 With --tests, the final table reads the test evaluations that
-experiments.evaluate_env wrote there for every run (its last checkpoint, as
-`--party=RUN`) and --start against every --opponent (default tags): per
+experiments.evaluate_env wrote there for every run (`--party=RUN`: its
+checkpoint selected on the training simulator, else its latest) and --start
+against every --opponent (default tags): per
 opponent the mean reward over seeds +- s.e., and the party's diversity over
 those transcripts (distinct-1/2 and Self-BLEU of its utterances, blocks
 such as `[donate] ... [/donate]` included). Writes report.md, report.json
@@ -143,7 +144,7 @@ def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
   tested = {arm: r["test"] for arm, r in rows.items() if "test" in r}
   if tested:
     lines += ["", "Test (" + (f"start `{start[0]}` and " if start else "")
-              + "last checkpoints; mean over seeds ± s.e.):", "",
+              + "the runs' selected checkpoints; mean over seeds ± s.e.):", "",
               "| arm | " + " | ".join(evaluate_lib.slug(o) for o in opponents)
               + " | unparsable | distinct-1 | distinct-2 | Self-BLEU |",
               "|---|" + "---:|" * (len(opponents) + 4)]

@@ -268,3 +268,17 @@ def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
   assert all(l["reward"] == 1.0 and l["turns"][-1][0] == PERSUADEE for l in lines)
   with open(tmp_path / "eval" / "eval_t.json") as f:
     assert json.load(f)["return"] == 1.0
+
+
+def test_fixed_persuaders_say_their_lines_in_order_to_every_row(tmp_path):
+  from cotraining import persuader_probes
+  from ilql_dialogue import simulators
+
+  env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
+  ask = simulators.make_party("cotraining.persuader_probes:Ask", PERSUADER)
+  episodes = environment.play(env, {PERSUADER: ask, PERSUADEE: ScriptedPersuadee()},
+                              env.sample(7, 3), max_turns=12, seed=7)
+  lines = persuader_probes.LINES["ask"]
+  for e in episodes:
+    said = [t.text for t in e.turns if t.speaker == PERSUADER]
+    assert said == [lines[min(i, len(lines) - 1)] for i in range(len(said))]

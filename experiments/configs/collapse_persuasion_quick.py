@@ -3,7 +3,7 @@
     python -m experiments.train --config=experiments/configs/bc_persuasion_quick.py \
         --workdir=runs/p4g/persuader_bc --config.task.root=runs/p4g
     python -m experiments.train --config=experiments/configs/bc_persuasion_persuadee_quick.py \
-        --workdir=runs/p4g/persuadee_sS --config.task.root=runs/p4g --config.seed=S  # S = 0, 1, 2
+        --workdir=runs/p4g/persuadee_sS --config.task.root=runs/p4g --config.seed=S  # S = 0, 1
     python -m experiments.train --config=experiments/configs/bc_persuasion_persuadee_quick.py \
         --workdir=runs/p4g/persuadee_half1 --config.task.root=runs/p4g --config.seed=3 \
         --config.data.train_part=1/2
@@ -21,8 +21,8 @@ persuadee differs, as in collapse_airdialogue_quick.py:
                 1 - donation / 2 and a KL to itself;
     population  Population Co-Training: cotrain plus a FIFO pool of its saved checkpoints.
 
-The persuadees trained with seeds 1 and 2, and the one trained on half the
-dialogues (a disjoint hash half, mdp_dataset.dialogue_part), are held out: refused for training
+The persuadee trained with seed 1 and the one trained on half the dialogues
+(a disjoint hash half, mdp_dataset.dialogue_part, seed 3) are held out: refused for training
 and selection (rl.panel), and played at every evaluation on the held-out
 personas (online_eval.held_out: the held_out/NAME/return curves). Checkpoints
 are selected against the frozen training persuadee only.
@@ -35,7 +35,7 @@ from experiments.configs import grpo_persuasion_quick
 ARMS = ("single", "vs", "cotrain", "population")
 ROOT = "runs/p4g"
 SIMULATOR = ROOT + "/persuadee_s0"
-HELD_OUT = (ROOT + "/persuadee_s1", ROOT + "/persuadee_s2", ROOT + "/persuadee_half1")
+HELD_OUT = (ROOT + "/persuadee_s1", ROOT + "/persuadee_half1")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
 VS_SPEC = "vs:k=5,pick=uniform:"
 
