@@ -17,7 +17,9 @@ With --tests, the final table reads the test evaluations that
 experiments.evaluate_env wrote there for every run (`--party=RUN`: its
 checkpoint selected on the training simulator, else its latest) and --start
 against every --opponent (default tags): per
-opponent the mean reward over seeds +- s.e., and the party's diversity over
+opponent the mean reward over seeds +- s.e.; over the opponents, the fraction
+of dialogues whose outcome was stated (P4G: a readable donation), the mean
+stated outcome (dollars) and the unparsable fraction; and the party's diversity over
 those transcripts (distinct-1/2 and Self-BLEU of its utterances, blocks
 such as `[donate] ... [/donate]` included). Writes report.md, report.json
 and curves.png to --output_dir.
@@ -107,6 +109,10 @@ def test_results(tests_dir: str, runs: Sequence[str], opponents: Sequence[str], 
       "reward": {o: mean_stderr([s["return"] for s in found[o]]) for o in opponents},
       "unparsable": {o: float(np.mean([s.get("donation/unparsable", math.nan) / s["n"]
                                        for s in found[o]])) for o in opponents},
+      "stated": {o: float(np.mean([s.get("donation/stated", math.nan) / s["n"]
+                                   for s in found[o]])) for o in opponents},
+      "stated_mean": {o: float(np.mean([s.get("donation/mean", math.nan) for s in found[o]]))
+                      for o in opponents},
       "utterances": len(utterances), "distinct_1": text_metrics.distinct_n(utterances, 1),
       "distinct_2": text_metrics.distinct_n(utterances, 2),
       "self_bleu": text_metrics.self_bleu(sample)}
@@ -118,9 +124,10 @@ def _pm(ms: Sequence[float]) -> str:
 
 
 def _test_row(name: str, test: dict[str, Any], opponents: Sequence[str]) -> str:
+  mean = lambda key: f"{np.mean(list(test[key].values())):.3f}"
   return (f"| {name} | " + " | ".join(_pm(test["reward"][o]) for o in opponents)
-          + f" | {np.mean(list(test['unparsable'].values())):.3f} | {test['distinct_1']:.3f} | "
-          f"{test['distinct_2']:.3f} | {test['self_bleu']:.1f} |")
+          + f" | {mean('stated')} | {mean('stated_mean')} | {mean('unparsable')} | "
+          f"{test['distinct_1']:.3f} | {test['distinct_2']:.3f} | {test['self_bleu']:.1f} |")
 
 
 def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
@@ -146,8 +153,8 @@ def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
     lines += ["", "Test (" + (f"start `{start[0]}` and " if start else "")
               + "the runs' selected checkpoints; mean over seeds ± s.e.):", "",
               "| arm | " + " | ".join(evaluate_lib.slug(o) for o in opponents)
-              + " | unparsable | distinct-1 | distinct-2 | Self-BLEU |",
-              "|---|" + "---:|" * (len(opponents) + 4)]
+              + " | stated | mean stated | unparsable | distinct-1 | distinct-2 | Self-BLEU |",
+              "|---|" + "---:|" * (len(opponents) + 6)]
     if start:
       lines.append(_test_row("start", start[1], opponents))
     lines += [_test_row(arm, t, opponents) for arm, t in tested.items()]

@@ -33,6 +33,7 @@ def write_test(tests, run, opponent, reward, utterances):
       f.write(json.dumps({"turns": [["persuader", u], ["persuadee", "no"]]}) + "\n")
   with open(os.path.join(tests, f"eval_{tag}.json"), "w") as f:
     json.dump({"return": reward, "n": 2, "role": "persuader", "donation/unparsable": 1,
+               "donation/stated": 1, "donation/mean": 2 * reward,
                "transcripts": transcripts}, f)
 
 
@@ -79,8 +80,8 @@ def test_the_command_writes_the_table_with_the_start_row_first(runs, tmp_path):
   assert out.returncode == 0, out.stderr[-2000:]
   table = (tmp_path / "report" / "report.md").read_text()
   rows = [l for l in table.splitlines() if l.startswith(("| start", "| grpo"))]
-  assert rows[-2].startswith("| start | 0.200 | 0.200 | 0.500 |")
-  assert rows[-1].startswith("| grpo | 0.600 ± 0.100 | 0.600 ± 0.100 | 0.500 |")
+  assert rows[-2].startswith("| start | 0.200 | 0.200 | 0.500 | 0.400 | 0.500 |")
+  assert rows[-1].startswith("| grpo | 0.600 ± 0.100 | 0.600 ± 0.100 | 0.500 | 1.200 | 0.500 |")
   assert (tmp_path / "report" / "curves.png").stat().st_size > 0
 
 
