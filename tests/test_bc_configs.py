@@ -83,7 +83,7 @@ def test_config_and_its_quick_variant_load(name):
     assert config.task.max_length <= config.model.max_seq_len
   assert full.model.d_model == 768 and full.model.num_layers == 12  # GPT-2 small.
   assert quick.model.d_model <= 128 and quick.model.num_layers <= 2
-  assert quick.train.steps <= 500 and quick.task.max_length <= 768
+  assert quick.train.steps <= 500 and quick.task.max_length <= 1024
   if name == "bc_airdialogue":
     assert full.task.context == quick.task.context == "prefix"
 
