@@ -75,13 +75,18 @@ def arm_curves(runs: Sequence[str]) -> dict[str, Any]:
 
 
 def entropy(runs: Sequence[str]) -> dict[str, tuple[float, float]]:
-  """The policy's per-token entropy at its sampling temperature, first and last logged step."""
+  """The policy's per-token entropy at its sampling temperature and the training reward (and
+  a co-trained simulator's), each averaged over the first and the last tenth of the logged
+  steps (one rollout batch is too noisy a point), then over seeds."""
   logs = [training_log(wd)[0] for wd in runs]
   out = {}
   for key in ("entropy", "reward", "simulator/entropy", "simulator/reward"):
     if all(train and key in train[0] for train in logs):
-      out[f"{key}_first"] = mean_stderr([train[0][key] for train in logs])
-      out[f"{key}_last"] = mean_stderr([train[-1][key] for train in logs])
+      window = lambda train: max(1, len(train) // 10)
+      out[f"{key}_first"] = mean_stderr([np.mean([r[key] for r in train[:window(train)]])
+                                         for train in logs])
+      out[f"{key}_last"] = mean_stderr([np.mean([r[key] for r in train[-window(train):]])
+                                        for train in logs])
   return out
 
 
@@ -142,7 +147,8 @@ def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
   for arm, r in rows.items():
     cells = [f"{_pm(r['curves'][n][0][1:])} -> {_pm(r['curves'][n][-1][1:])}" for n in names]
     lines.append(f"| {arm} | {r['seeds']} | " + " | ".join(cells) + " |")
-  lines += ["", "| arm | policy entropy (first -> last) | training reward (first -> last) |",
+  lines += ["", "| arm | policy entropy (first -> last tenth) | training reward (first -> last "
+            "tenth) |",
             "|---|---|---|"]
   for arm, r in rows.items():
     arrow = lambda k: f"{_pm(r[k + '_first'])} -> {_pm(r[k + '_last'])}" if k + "_first" in r \

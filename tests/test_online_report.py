@@ -56,6 +56,17 @@ def test_curves_are_means_over_seeds_with_their_standard_error(runs):
   assert online_report.entropy(runs)["entropy_last"][0] == pytest.approx(0.6)
 
 
+def test_entropy_and_reward_are_averaged_over_a_tenth_of_the_steps(tmp_path):
+  path = str(tmp_path / "run")
+  os.makedirs(path)
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for step in range(1, 21):
+      f.write(json.dumps({"step": step, "split": "train", "entropy": 1.0,
+                          "reward": float(step)}) + "\n")
+  out = online_report.entropy([path])
+  assert out["reward_first"][0] == pytest.approx(1.5) and out["reward_last"][0] == 19.5
+
+
 def test_a_run_without_online_evaluation_is_named(tmp_path):
   path = str(tmp_path / "bc")
   os.makedirs(path)
