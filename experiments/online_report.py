@@ -15,7 +15,8 @@ held-out mean is, per seed, the mean over the held-out simulators.
 
 With --tests, the final table reads the test evaluations that
 experiments.evaluate_env wrote there for every run (`--party=RUN`: its
-checkpoint selected on the training simulator, else its latest) and --start
+checkpoint selected on the training simulator, else its latest; with
+--test_step=N, `--party=RUN@N`) and --start
 against every --opponent (default tags): per
 opponent the mean reward over seeds +- s.e.; over the opponents, the fraction
 of dialogues whose outcome was stated (P4G: a readable donation), the mean
@@ -136,7 +137,7 @@ def _test_row(name: str, test: dict[str, Any], opponents: Sequence[str]) -> str:
 
 
 def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
-                start: tuple[str, dict[str, Any]] | None = None) -> str:
+                start: tuple[str, dict[str, Any]] | None = None, step: int = 0) -> str:
   """The curves' first and last points, entropy, and (with tests) the test table, whose
   first row is the starting party `start` = (spec, its test results) when given."""
   first = next(iter(rows.values()))
@@ -157,7 +158,8 @@ def to_markdown(rows: dict[str, dict[str, Any]], opponents: Sequence[str],
   tested = {arm: r["test"] for arm, r in rows.items() if "test" in r}
   if tested:
     lines += ["", "Test (" + (f"start `{start[0]}` and " if start else "")
-              + "the runs' selected checkpoints; mean over seeds ± s.e.):", "",
+              + ("the runs' selected checkpoints" if not step else f"the runs at step {step}")
+              + "; mean over seeds ± s.e.):", "",
               "| arm | " + " | ".join(evaluate_lib.slug(o) for o in opponents)
               + " | stated | mean stated | unparsable | distinct-1 | distinct-2 | Self-BLEU |",
               "|---|" + "---:|" * (len(opponents) + 6)]
@@ -204,13 +206,14 @@ def main(argv):
   for name, runs in arms.items():
     rows[name] = {"seeds": len(runs), "runs": list(runs), **arm_curves(runs), **entropy(runs)}
     if f.tests:
-      rows[name]["test"] = test_results(f.tests, runs, f.opponents, f.seed, f.num_dialogues,
+      tested = [f"{wd}@{f.test_step}" if f.test_step else wd for wd in runs]
+      rows[name]["test"] = test_results(f.tests, tested, f.opponents, f.seed, f.num_dialogues,
                                         rng)
   start = None
   if f.start and f.tests:
     start = (f.start, test_results(f.tests, [f.start], f.opponents, f.seed, f.num_dialogues,
                                    rng))
-  table = to_markdown(rows, f.opponents, start)
+  table = to_markdown(rows, f.opponents, start, f.test_step)
   with open(os.path.join(f.output_dir, "report.md"), "w") as out:
     out.write(table)
   with open(os.path.join(f.output_dir, "report.json"), "w") as out:
@@ -228,4 +231,6 @@ if __name__ == "__main__":
   flags.DEFINE_integer("num_dialogues", 102, "The tests' --num_dialogues.")
   flags.DEFINE_integer("seed", 1000, "The tests' --seed.")
   flags.DEFINE_string("start", "", "The arms' starting party (its tests are the first row).")
+  flags.DEFINE_integer("test_step", 0, "Test the runs at this saved step (--party=RUN@STEP) "
+                       "instead of their selected checkpoints.", lower_bound=0)
   cli.run(main)

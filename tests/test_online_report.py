@@ -104,3 +104,13 @@ def test_a_missing_test_evaluation_names_the_command_to_run(runs, tmp_path):
        "--opponents=sims/sim1", "--num_dialogues=2"],
       cwd=REPO, capture_output=True, text=True, timeout=300)
   assert out.returncode == 1 and "experiments.evaluate_env --party=" in out.stderr
+
+
+def test_a_saved_step_is_tested_under_its_own_tag(runs, tmp_path):
+  tests = tmp_path / "tests"
+  tests.mkdir()
+  write_test(str(tests), runs[0] + "@20", "sims/sim1", 0.25, ["hi"])
+  write_test(str(tests), runs[0], "sims/sim1", 0.75, ["hi"])
+  out = online_report.test_results(str(tests), [runs[0] + "@20"], ["sims/sim1"], 1000, 2,
+                                   np.random.default_rng(0))
+  assert out["reward"]["sims/sim1"][0] == 0.25
