@@ -187,12 +187,13 @@ def dialogue_part(ds: datasets.Dataset, part: int, parts: int) -> datasets.Datas
   the dialogue id: every window of a dialogue lands in the same part, and the parts are the
   same on every machine and run, so simulators trained on different parts never share a
   dialogue (a panel that differs in data, cotraining/panels.py)."""
-  ids = ds.unique("dialogue_id")
-  keep = {i for i in ids
+  ids = ds["dialogue_id"]
+  keep = {i for i in set(ids)
           if int.from_bytes(hashlib.sha1(i.encode()).digest()[:8], "big") % parts == part}
-  rows = [r for r, i in enumerate(ds["dialogue_id"]) if i in keep]
+  rows = [r for r, i in enumerate(ids) if i in keep]
   if not rows:
-    raise ValueError(f"data part {part}/{parts}: none of the {len(ids)} dialogues falls in it")
+    raise ValueError(f"data part {part}/{parts}: none of the {len(set(ids))} dialogues falls "
+                     "in it")
   return ds.select(rows)
 
 

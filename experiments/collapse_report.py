@@ -99,6 +99,15 @@ def action_statuses(transcripts: Sequence[str]) -> dict[str, float]:
   return {status: n / total for status, n in counts.most_common()}
 
 
+def logged_arms(items: Sequence[str]) -> dict[str, list[str]]:
+  """--arms NAME=RUN[+RUN...] as {name: runs}, every run checked to have a training log."""
+  arms = cli.named_seeds(items, "--arms")
+  for name, runs in arms.items():
+    for wd in runs:
+      cli.existing_file(os.path.join(wd, "metrics.jsonl"), f"--arms {name}")
+  return arms
+
+
 def training_log(workdir: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
   """(train records, eval records) of a run's metrics.jsonl."""
   train, evals = [], []
@@ -216,10 +225,7 @@ def plot(rows: dict[str, dict[str, Any]], path: str, start: float | None = None)
 def main(argv):
   del argv
   f = flags.FLAGS
-  arms = cli.named_seeds(f.arms, "--arms")
-  for name in arms:
-    for wd in arms[name]:
-      cli.existing_file(os.path.join(wd, "metrics.jsonl"), f"--arms {name}")
+  arms = logged_arms(f.arms)
   cli.existing_dir(f.compare, "--compare")
   os.makedirs(cli.output_dir(f.output_dir, "--output_dir"), exist_ok=True)
   rng = np.random.default_rng(0)

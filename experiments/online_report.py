@@ -37,7 +37,8 @@ import numpy as np
 from absl import flags
 
 from experiments import cli, evaluate_lib
-from experiments.collapse_report import DIVERSITY_SAMPLE, mean_curve, mean_stderr, training_log
+from experiments.collapse_report import (DIVERSITY_SAMPLE, logged_arms, mean_curve, mean_stderr,
+                                         training_log)
 from ilql_dialogue import text_metrics
 
 HELD_OUT_PREFIX = "held_out/"
@@ -192,10 +193,7 @@ def plot(rows: dict[str, dict[str, Any]], path: str) -> None:
 def main(argv):
   del argv
   f = flags.FLAGS
-  arms = cli.named_seeds(f.arms, "--arms")
-  for name, runs in arms.items():
-    for wd in runs:
-      cli.existing_file(os.path.join(wd, "metrics.jsonl"), f"--arms {name}")
+  arms = logged_arms(f.arms)
   if f.tests:
     cli.existing_dir(f.tests, "--tests")
     if not f.opponents:

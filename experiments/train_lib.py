@@ -96,11 +96,11 @@ def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | 
   online = config.get("online_eval")
   if online is None or online.num_dialogues <= 0:
     return None
+  rl = config.get("rl")
   held_out = tuple(online.get("held_out", ()))
   if held_out:
     from cotraining import panels  # Two specs are one simulator when their sources agree.
-    rl = config.get("rl") or {}
-    trained = {panels.source(s): s for s in (online.opponent, rl.get("opponent")) if s}
+    trained = {panels.source(s): s for s in (online.opponent, (rl or {}).get("opponent")) if s}
     for spec in held_out:
       if panels.source(spec) in trained:
         raise ValueError(f"config.online_eval.held_out names {spec!r}, the simulator "
@@ -111,29 +111,32 @@ def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | 
   if len(set(names)) != len(names):
     raise ValueError(f"config.online_eval.held_out {list(held_out)}: two specs share the "
                      f"name {names}; give their workdirs distinct names")
-  make = functools.partial(_opponent_eval_fn, task, config)
+  env = None  # AirDialogue's evaluation builds its own scenarios.
+  if rl is not None and rl.get("env", "airdialogue") != "airdialogue":
+    from cotraining import launch  # The environments' table.
+
+    env_config = ml_collections.ConfigDict(rl.to_dict())
+    env_config.split = online.get("split", "eval")
+    env = launch.make_env(env_config)  # Once: every opponent plays the same scenarios.
+  make = functools.partial(_opponent_eval_fn, task, config, env)
   fns = [make(online.opponent)]
   for name, spec in zip(names, held_out):
     fns.append(train_loop.prefixed_evaluator(make(spec), f"held_out/{name}/"))
   return fns[0] if len(fns) == 1 else train_loop.merged_evaluators(*fns)
 
 
-def _opponent_eval_fn(task, config: ml_collections.ConfigDict,
+def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
                       opponent: str) -> train_loop.EvalFn:
   from experiments import evaluate_lib
-  online, rl = config.online_eval, config.get("rl")
-  if rl is not None and rl.get("env", "airdialogue") != "airdialogue":
-    from cotraining import launch  # The environments' table.
-
-    held_out = ml_collections.ConfigDict(rl.to_dict())
-    held_out.split = online.get("split", "eval")
+  online = config.online_eval
+  if env is not None:
     return evaluate_lib.environment_eval_fn(
-        launch.make_env(held_out), task.tokenizer, task.role, opponent,
+        env, task.tokenizer, task.role, opponent,
         num_dialogues=online.num_dialogues, seed=online.seed, batch_size=online.batch_size,
         max_turns=online.max_turns, include_context=task.include_context,
         serialize_context=task.serialize_context, temperature=online.temperature,
         max_new_tokens=online.max_new_tokens,
-        opponent_options={"temperature": rl.get("opponent_temperature", 1.0),
+        opponent_options={"temperature": config.rl.get("opponent_temperature", 1.0),
                           "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,
