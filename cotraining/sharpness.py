@@ -100,17 +100,25 @@ def simulator_gamma(party: simulators.LMParty, reference_lm: nnx.Module,
           "mean_sim_logp": float(sim_logp.mean()), "mean_ref_logp": float(ref_logp.mean())}
 
 
+def transcript_turns(record: Mapping[str, Any]) -> tuple[str, list[Turn]]:
+  """(scenario id, turns) of one transcript line, as `evaluate` writes it (scenario_id, turns
+  as {speaker, text}) or as `evaluate_environment` does (key, turns as [speaker, text])."""
+  scenario_id = record["scenario_id"] if "scenario_id" in record else record["key"]
+  turns = [Turn(t["speaker"], t["text"]) if isinstance(t, Mapping) else Turn(*t)
+           for t in record["turns"]]
+  return scenario_id, turns
+
+
 def states_from_transcripts(path: str, role: str, scenarios: Mapping[str, Any], env: Any,
                             max_states: int) -> tuple[list[Mapping[str, Any]], list[list[Turn]]]:
   """Up to `max_states` (context, history) pairs: in each transcript of `path`, the history
-  before every turn `role` spoke; `scenarios` maps a transcript's scenario_id to its scenario."""
+  before every turn `role` spoke; `scenarios` maps a transcript's scenario id to its scenario."""
   contexts, histories = [], []
   with open(path) as f:
     for line in f:
-      record = json.loads(line)
-      turns = [Turn(t["speaker"], t["text"]) for t in record["turns"]]
+      scenario_id, turns = transcript_turns(json.loads(line))
       for t, turn in enumerate(turns):
         if turn.speaker == role and len(contexts) < max_states:
-          contexts.append(env.context(scenarios[record["scenario_id"]], role))
+          contexts.append(env.context(scenarios[scenario_id], role))
           histories.append(turns[:t])
   return contexts, histories

@@ -136,7 +136,9 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
         max_turns=online.max_turns, include_context=task.include_context,
         serialize_context=task.serialize_context, temperature=online.temperature,
         max_new_tokens=online.max_new_tokens,
-        opponent_options={"temperature": config.rl.get("opponent_temperature", 1.0),
+        # Every evaluation opponent samples at one temperature, whatever the training opponent
+        # does (a frozen T = 0.3 simulator): arms stay comparable on the same simulators.
+        opponent_options={"temperature": online.get("opponent_temperature", 1.0),
                           "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,

@@ -45,6 +45,11 @@ def test_states_from_transcripts(tmp_path):
       str(path), "bot", {"s0": "S0"}, toy.ToyEnv(), max_states=5)
   assert [[t.text for t in h] for h in histories] == [["a"], ["a", "b", "c"]]
   assert contexts == [{}, {}]
+  # evaluate_environment's format: "key" and [speaker, text] pairs; the same states.
+  path.write_text('{"key": "s0", "turns": [["user", "a"], ["bot", "b"], ["user", "c"], '
+                  '["bot", "d"]]}\n')
+  _, same = sharpness.states_from_transcripts(str(path), "bot", {"s0": "S0"}, toy.ToyEnv(), 5)
+  assert same == histories
 
 
 def test_a_loaded_history_continues_as_the_played_one(model):

@@ -249,6 +249,32 @@ def test_the_training_opponent_cannot_be_held_out(tmp_path):
     launcher.online_eval(None, config)
 
 
+def test_evaluation_opponents_sample_at_one_temperature_whatever_the_training_one(
+    tmp_path, monkeypatch):
+  """The single-simulator arm trains against its simulator at T = 0.3; selection and the
+  held-out simulators must still be played at online_eval.opponent_temperature, the same
+  for every arm, or the arms' curves would measure different simulators."""
+  import types
+
+  from experiments import evaluate_lib
+
+  seen = []
+  monkeypatch.setattr(evaluate_lib, "environment_eval_fn",
+                      lambda env, tok, role, opponent, **kw: seen.append(
+                          (opponent, kw["opponent_options"]["temperature"])) or (lambda m: {}))
+  config = grpo_persuasion_quick.get_config()
+  config.rl.update(data_dir=write_tiny_p4g(tmp_path / "p4g"), opponent_temperature=0.3)
+  config.online_eval.held_out = ("scripted:volunteer",)
+  task = types.SimpleNamespace(tokenizer=None, role="persuader", include_context=True,
+                               serialize_context=None)
+  launcher.online_eval(task, config)
+  assert seen == [(config.rl.opponent, 1.0), ("scripted:volunteer", 1.0)]
+  config.online_eval.opponent_temperature = 0.5
+  seen.clear()
+  launcher.online_eval(task, config)
+  assert [t for _, t in seen] == [0.5, 0.5]
+
+
 def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
   """The scripted persuader against the generous persuadee: every dialogue states 2 dollars
   at the persuadee's first turn, so the mean reward is exactly 1 over the n transcripts."""
@@ -282,3 +308,24 @@ def test_fixed_persuaders_say_their_lines_in_order_to_every_row(tmp_path):
   for e in episodes:
     said = [t.text for t in e.turns if t.speaker == PERSUADER]
     assert said == [lines[min(i, len(lines) - 1)] for i in range(len(said))]
+
+
+def test_simulator_gamma_finds_the_persuadee_states_of_an_environment_transcript(tmp_path):
+  """experiments.simulator_gamma on P4G: the persuadee turns of an evaluate_env transcript
+  become states whose context is the scenario's own persuadee persona."""
+  import json
+
+  from cotraining import sharpness
+  from experiments import simulator_gamma
+
+  env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
+  path = tmp_path / "t.jsonl"
+  path.write_text("".join(json.dumps({"key": f"1000:{i}", "turns": [
+      [PERSUADER, "hi"], [PERSUADEE, "hello"], [PERSUADER, "give?"], [PERSUADEE, "no"]]}) + "\n"
+      for i in (0, 2)))
+  scenarios = simulator_gamma.scenarios_of(str(path), env)
+  assert {"1000:0", "1000:2"} <= set(scenarios)  # Rebuilt from the seed: 0 to the highest.
+  assert scenarios["1000:2"] == env.sample(1000, 3)[2]
+  contexts, histories = sharpness.states_from_transcripts(str(path), PERSUADEE, scenarios, env, 3)
+  assert [[t.text for t in h] for h in histories] == [["hi"], ["hi", "hello", "give?"], ["hi"]]
+  assert contexts[2] == env.context(scenarios["1000:2"], PERSUADEE)

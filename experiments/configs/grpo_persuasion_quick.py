@@ -53,6 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim.update(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0)
   c.online_eval = ml_collections.ConfigDict(dict(
       num_dialogues=32, opponent=c.rl.get_ref("opponent"), split="eval", seed=2000,
+      opponent_temperature=1.0,  # Every evaluation opponent, whatever rl.opponent_temperature.
       batch_size=16, max_turns=24, temperature=0.0, max_new_tokens=48,
       held_out=()))  # Held-out persuadees, logged as held_out/NAME/return; never selected on.
   c.selection.metric = "return"
