@@ -102,13 +102,14 @@ def strategy_row(classifier, texts: Sequence[str]) -> dict[str, Any]:
 
 def donation_row(records: Sequence[dict[str, Any]], human_by_key: dict[str, float]
                  ) -> dict[str, Any]:
-  """Stated donations against the real persuadees' of the same personas."""
-  stated = [r for r in records if r["info"].get("stated") is not None]
+  """Stated donations (as the reward reads them: clipped to [0, 2] dollars) against the real
+  persuadees' of the same personas."""
+  stated = [r for r in records if r["info"].get("donation") is not None]
   missing = [r["key"] for r in records if r["key"] not in human_by_key]
   if missing:
     raise cli.BadInput(f"transcript key {missing[0]!r} names no held-out persona (seed:index "
                        f"of the 'eval' split)")
-  donations = [float(r["info"]["stated"]) for r in stated]
+  donations = [float(r["info"]["donation"]) for r in stated]
   humans = [human_by_key[r["key"]] for r in records]
   return {"dialogues": len(records), "stated_share": len(stated) / max(len(records), 1),
           "mean_stated": float(np.mean(donations)) if donations else float("nan"),

@@ -32,8 +32,8 @@ def test_a_bad_transcript_line_names_its_file_and_line(tmp_path):
 
 
 def test_donations_are_compared_with_the_same_personas_real_ones():
-  records = [{"key": "1000:0", "info": {"stated": 2.0}, "turns": []},
-             {"key": "1000:1", "info": {"stated": 0.0}, "turns": []},
+  records = [{"key": "1000:0", "info": {"stated": 100.0, "donation": 2.0}, "turns": []},  # "$100"
+             {"key": "1000:1", "info": {"stated": 0.0, "donation": 0.0}, "turns": []},
              {"key": "1000:2", "info": {}, "turns": []}]  # No statement.
   row = pd.donation_row(records, {"1000:0": 2.0, "1000:1": 0.0, "1000:2": 1.0})
   assert row["dialogues"] == 3 and row["stated_share"] == pytest.approx(2 / 3)
