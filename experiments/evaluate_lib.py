@@ -102,7 +102,7 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                    include_context: bool = True,
                    serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
                    prefix_fields: Any = None, betas: Sequence[float] = (0.0,),
-                   **lm_options: Any):
+                   opponent_options: Mapping[str, Any] | None = None, **lm_options: Any):
   """An EvalFn (train_loop) that plays the model being trained, as `role`, against `opponent`.
 
   Plays the same held-out scenarios once per beta (value guidance of an
@@ -113,13 +113,14 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
   by, so the kept checkpoint comes with the beta it is best at. The layout
   arguments are a Task's (tokenizer, include_context, serialize_context,
   prefix.fields). Pass `seed` different from the reported evaluation's
-  (rollout.DEFAULT_SEED), so selection never sees the test scenarios.
+  (rollout.DEFAULT_SEED), so selection never sees the test scenarios. `opponent_options`
+  (sampling keywords) go to a learned opponent; scripted ones take none.
   """
   if not betas:
     raise ValueError("online_eval_fn: betas must not be empty")
   scenarios = rollout.make_scenarios(seed, num_dialogues, kb_size)
   other_role = simulators.CUSTOMER if role == simulators.AGENT else simulators.AGENT
-  other = simulators.make_party(opponent, other_role)
+  other = simulators.make_party(opponent, other_role, **dict(opponent_options or {}))
 
   def play(model: nnx.Module, beta: float) -> dict[str, Any]:
     if beta != 0.0 and not isinstance(model, ILQLModel):

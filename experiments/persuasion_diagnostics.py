@@ -162,7 +162,7 @@ def check_embeddings(embed, texts: Sequence[str], labels: Sequence[str]) -> dict
   """Do the embeddings group sentences by what they do? 1-NN strategy-label agreement for
   `embed` (centred, as coverage uses it), for hashed word n-gram counts, and chance."""
   vectors_NxD = embed(texts)
-  counts_NxF = np.zeros((len(texts), strategy_classifier.NUM_FEATURES))
+  counts_NxF = np.zeros((len(texts), strategy_classifier.NUM_FEATURES), np.float32)
   for i, text in enumerate(texts):
     np.add.at(counts_NxF[i], strategy_classifier.features(text), 1.0)
   _, shares = np.unique(labels, return_counts=True)

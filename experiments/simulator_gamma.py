@@ -28,7 +28,7 @@ from absl import flags
 
 from cotraining import cotrain, sharpness
 from experiments import cli
-from ilql_dialogue import persuasion_env, policy_io, rollout, simulators
+from ilql_dialogue import init_from, persuasion_env, policy_io, rollout, simulators
 
 # --env -> (the environment whose scenarios the transcripts name, the simulator's role).
 ENVS = {"airdialogue": (lambda: rollout.AirDialogueEnv(kb_size=30), simulators.CUSTOMER),
@@ -53,10 +53,10 @@ def measure(simulator: str, reference: str, transcripts: str, *, temperature: fl
   contexts, histories = sharpness.states_from_transcripts(
       transcripts, role, scenarios_of(transcripts, env), env, num_states)
   with tempfile.TemporaryDirectory() as exported:
-    run, _, step = simulator.partition("@")
+    run, step = init_from.split_step(simulator)
     config = policy_io.read_config(run)
     if cotrain.enabled(config.get("rl")):
-      simulator = cotrain.export_simulator(run, exported, int(step) if step else None)
+      simulator = cotrain.export_simulator(run, exported, step)
     party = simulators.make_party(simulator, role, temperature=temperature)
     reference_lm = simulators.make_party(reference, role).decoder
     return sharpness.simulator_gamma(party, reference_lm, contexts, histories, k=k, seed=seed)
@@ -65,7 +65,7 @@ def measure(simulator: str, reference: str, transcripts: str, *, temperature: fl
 def main(argv):
   del argv
   f = flags.FLAGS
-  for spec, what in ((f.simulator.partition("@")[0], "--simulator"),
+  for spec, what in ((init_from.split_step(f.simulator)[0], "--simulator"),
                      (f.reference, "--reference")):
     cli.existing_dir(spec, what)
   cli.existing_file(f.transcripts, "--transcripts")

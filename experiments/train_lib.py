@@ -129,6 +129,9 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
                       opponent: str) -> train_loop.EvalFn:
   from experiments import evaluate_lib
   online = config.online_eval
+  # Every evaluation opponent samples at one temperature, whatever the training opponent does
+  # (a frozen T = 0.3 simulator): arms stay comparable on the same simulators.
+  temperature = online.get("opponent_temperature", 1.0)
   if env is not None:
     return evaluate_lib.environment_eval_fn(
         env, task.tokenizer, task.role, opponent,
@@ -136,17 +139,14 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
         max_turns=online.max_turns, include_context=task.include_context,
         serialize_context=task.serialize_context, temperature=online.temperature,
         max_new_tokens=online.max_new_tokens,
-        # Every evaluation opponent samples at one temperature, whatever the training opponent
-        # does (a frozen T = 0.3 simulator): arms stay comparable on the same simulators.
-        opponent_options={"temperature": online.get("opponent_temperature", 1.0),
-                          "max_new_tokens": online.max_new_tokens})
+        opponent_options={"temperature": temperature, "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,
       seed=online.seed, batch_size=online.batch_size, max_turns=online.max_turns,
       include_context=task.include_context, serialize_context=task.serialize_context,
       prefix_fields=None if task.prefix is None else task.prefix.fields,
       betas=tuple(online.betas), temperature=online.temperature,
-      max_new_tokens=online.max_new_tokens)
+      max_new_tokens=online.max_new_tokens, opponent_options={"temperature": temperature})
 
 
 def _resolve_vocab(config: ml_collections.ConfigDict) -> None:

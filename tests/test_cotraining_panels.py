@@ -105,3 +105,22 @@ def test_persuasion_arms_play_the_held_out_panel_and_cotrain_zero_sum():
     assert (c.rl.env, c.task.role, c.task.root) == ("persuasion", "persuader", "runs/p4g")
     if arm in ("cotrain", "population"):
       assert c.rl.cotrain.simulator_reward == "zero_sum"
+
+
+def test_airdialogue_selection_plays_the_simulator_at_the_evaluation_temperature(monkeypatch):
+  """The single arm trains against its customer at T = 0.3; selection plays it at
+  online_eval.opponent_temperature, as the environment path does (test_persuasion_env)."""
+  import types
+
+  from experiments import evaluate_lib
+  from experiments import train_lib
+
+  seen = []
+  monkeypatch.setattr(evaluate_lib, "online_eval_fn", lambda tok, role, opponent, **kw: seen.append(
+      (opponent, kw["opponent_options"]["temperature"])) or (lambda m: {}))
+  c = collapse_airdialogue_quick.get_config("single")
+  c.simulator = "runs/sim"
+  task = types.SimpleNamespace(tokenizer=None, role="agent", include_context=True,
+                               serialize_context=None, prefix=None)
+  train_lib.online_eval(task, c)
+  assert c.rl.opponent_temperature == 0.3 and seen == [("runs/sim", 1.0)]

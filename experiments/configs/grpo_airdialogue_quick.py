@@ -49,4 +49,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.optim.update(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0, grad_clip_norm=1.0)
   c.online_eval.num_dialogues = 64
   c.online_eval.opponent = opponent
+  # A learned opponent samples at this in evaluation, whatever rl.opponent_temperature.
+  c.online_eval.opponent_temperature = 1.0
   return c
