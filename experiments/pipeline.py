@@ -48,17 +48,31 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> None:
     cli.check_train_fields(run_config, where)
     roles[name] = run_config.task.role
   for agent, customer in config.evaluation.pairs:
-    for spec, role in ((agent, "agent"), (customer, "customer")):
-      name, step = init_from.split_step(spec)
-      if name not in roles:
-        cli.check_party(spec, role, "config.evaluation.pairs")
-      elif step is not None and not _saves(config.runs[name], step):
-        raise cli.BadInput(f"config.evaluation.pairs: {spec}: run {name!r} saves no checkpoint "
-                           f"at step {step} (every {config.runs[name].eval_every} to "
-                           f"{config.runs[name].steps})")
-      elif roles[name] != role:
-        raise cli.BadInput(f"config.evaluation.pairs: run {name!r} plays the {roles[name]}, "
-                           f"paired as the {role}")
+    _check_party(config, roles, agent, "agent", "config.evaluation.pairs")
+    _check_party(config, roles, customer, "customer", "config.evaluation.pairs")
+  collapse = config.collapse
+  for arm in collapse.arms:
+    if arm not in roles:
+      raise cli.BadInput(f"config.collapse.arms: {arm!r} is not a run of config.runs")
+  if collapse.arms:
+    for spec in (collapse.start,) + tuple(collapse.arms):
+      _check_party(config, roles, spec, "agent", "config.collapse")
+    for spec in (collapse.training_simulator,) + tuple(collapse.held_out):
+      _check_party(config, roles, spec, "customer", "config.collapse")
+
+
+def _check_party(config: ml_collections.ConfigDict, roles: dict[str, str], spec: str,
+                 role: str, what: str) -> None:
+  """A party the pipeline plays: one of its runs (at a step it saves) or a party spec."""
+  name, step = init_from.split_step(spec)
+  if name not in roles:
+    cli.check_party(spec, role, what)
+  elif step is not None and not _saves(config.runs[name], step):
+    raise cli.BadInput(f"{what}: {spec}: run {name!r} saves no checkpoint "
+                       f"at step {step} (every {config.runs[name].eval_every} to "
+                       f"{config.runs[name].steps})")
+  elif roles[name] != role:
+    raise cli.BadInput(f"{what}: run {name!r} plays the {roles[name]}, paired as the {role}")
 
 
 def _saves(run: ml_collections.ConfigDict, step: int) -> bool:

@@ -92,6 +92,8 @@ def run_config(config: ml_collections.ConfigDict, name: str,
                    checkpoint_every=spec.eval_every)
   if spec.init_from:
     run.model.init_from = os.path.join(workdir, spec.init_from)
+  for key, value in spec.get("set", ()):
+    run.update_from_flattened_dict({key: _in_workdir(value, config, workdir)})
   if any(run_name(party) == name and party != name
          for pair in config.evaluation.pairs for party in pair):
     run.train.keep_checkpoints = spec.steps // spec.eval_every + 1  # A pair plays NAME@STEP.
@@ -100,6 +102,24 @@ def run_config(config: ml_collections.ConfigDict, name: str,
     # A checkpoint is selected decoding as it will be evaluated.
     run.online_eval.temperature = config.evaluation[f"{run.task.role}_temperature"]
   return run
+
+
+def _in_workdir(value: Any, config: ml_collections.ConfigDict, workdir: str) -> Any:
+  """A run's `set` value with every run name in it (alone or in a tuple) as its workdir."""
+  if isinstance(value, (tuple, list)):
+    return tuple(_in_workdir(v, config, workdir) for v in value)
+  return os.path.join(workdir, value) if isinstance(value, str) and value in config.runs else value
+
+
+def _needs(config: ml_collections.ConfigDict, name: str) -> list[str]:
+  """The runs run `name` reads: the one it starts from and those its `set` values name."""
+  spec = config.runs[name]
+  names = [spec.init_from] if spec.init_from else []
+  for _, value in spec.get("set", ()):
+    for v in value if isinstance(value, (tuple, list)) else (value,):
+      if isinstance(v, str) and v in config.runs:
+        names.append(v)
+  return names
 
 
 def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -118,19 +138,18 @@ def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict
 
 
 def training_order(config: ml_collections.ConfigDict) -> list[str]:
-  """Run names, each after the run it starts from (config.runs.NAME.init_from)."""
+  """Run names, each after the runs it reads (its init_from, the runs its `set` names)."""
   order: list[str] = []
 
   def visit(name: str, path: tuple[str, ...]) -> None:
     if name in order:
       return
     if name in path:
-      raise ValueError(f"config.runs: init_from cycle {' -> '.join(path + (name,))}")
+      raise ValueError(f"config.runs: cycle {' -> '.join(path + (name,))}")
     if name not in config.runs:
       raise ValueError(f"config.runs.{path[-1]}.init_from={name!r}: no such run")
-    parent = config.runs[name].init_from
-    if parent:
-      visit(parent, path + (name,))
+    for needed in _needs(config, name):
+      visit(needed, path + (name,))
     order.append(name)
 
   for name in config.runs:
@@ -176,41 +195,70 @@ def run_name(spec: str) -> str:
   return init_from.split_step(spec)[0]
 
 
+def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, selections: dict[str, Any],
+                  agent: str, customer: str, num_dialogues: int) -> dict[str, Any]:
+  """Plays one (agent, customer) pair on held-out scenarios (once: its summary is kept); an
+  ILQL agent decodes at the beta its checkpoint was selected with."""
+  out_dir = os.path.join(workdir, "eval")
+  selection = selections.get(run_name(agent)) or {}
+  beta = float(selection.get("eval", {}).get("best_beta", 0.0))
+  tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
+  if num_dialogues != config.evaluation.num_dialogues:
+    tag += f"_n{num_dialogues}"
+  summary_path = os.path.join(out_dir, f"eval_{tag}.json")
+  if not os.path.exists(summary_path):
+    logging.info("stage evaluate %s vs %s (beta %g)", agent, customer, beta)
+    evaluate_lib.evaluate(
+        _party(agent, config, workdir), _party(customer, config, workdir),
+        num_dialogues=num_dialogues, workdir=out_dir,
+        batch_size=config.evaluation.batch_size, max_turns=config.evaluation.max_turns,
+        tag=tag, progress=True,
+        lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
+                    "temperature": config.evaluation.agent_temperature},
+        customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
+                             "temperature": config.evaluation.customer_temperature})
+  with open(summary_path) as f:
+    summary = json.load(f)
+  row = {"agent": agent, "customer": customer, "beta": beta,
+         **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
+                                    "end_reasons")}}
+  if run_name(customer) in config.runs:  # Does the learned simulator say what its intent says?
+    fidelity = customer_fidelity.fidelity(
+        customer_fidelity.read_transcripts(summary["transcripts"]))
+    row["customer_fidelity"] = {
+        "stated_correctly": {f: r["stated_correctly"] for f, r in fidelity["fields"].items()},
+        "customer_action_blocks": fidelity["customer_action_blocks"]}
+  return row
+
+
 def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
                    selections: dict[str, Any]) -> list[dict[str, Any]]:
-  """Plays each (agent, customer) pair on held-out scenarios; an ILQL agent
-  decodes at the beta its checkpoint was selected with."""
-  out_dir = os.path.join(workdir, "eval")
-  results = []
-  for agent, customer in config.evaluation.pairs:
-    selection = selections.get(agent) or {}
-    beta = float(selection.get("eval", {}).get("best_beta", 0.0))
-    tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
-    summary_path = os.path.join(out_dir, f"eval_{tag}.json")
-    if not os.path.exists(summary_path):
-      logging.info("stage evaluate %s vs %s (beta %g)", agent, customer, beta)
-      evaluate_lib.evaluate(
-          _party(agent, config, workdir), _party(customer, config, workdir),
-          num_dialogues=config.evaluation.num_dialogues, workdir=out_dir,
-          batch_size=config.evaluation.batch_size, max_turns=config.evaluation.max_turns,
-          tag=tag, progress=True,
-          lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
-                      "temperature": config.evaluation.agent_temperature},
-          customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
-                               "temperature": config.evaluation.customer_temperature})
-    with open(summary_path) as f:
-      summary = json.load(f)
-    row = {"agent": agent, "customer": customer, "beta": beta,
-           **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
-                                      "end_reasons")}}
-    if run_name(customer) in config.runs:  # Does the learned simulator say what its intent says?
-      fidelity = customer_fidelity.fidelity(
-          customer_fidelity.read_transcripts(summary["transcripts"]))
-      row["customer_fidelity"] = {
-          "stated_correctly": {f: r["stated_correctly"] for f, r in fidelity["fields"].items()},
-          "customer_action_blocks": fidelity["customer_action_blocks"]}
-    results.append(row)
-  return results
+  return [evaluate_pair(config, workdir, selections, agent, customer,
+                        config.evaluation.num_dialogues)
+          for agent, customer in config.evaluation.pairs]
+
+
+def compare_arms(config: ml_collections.ConfigDict, workdir: str,
+                 selections: dict[str, Any]) -> dict[str, Any]:
+  """The simulator-collapse comparison, short: the start and every arm against the arms'
+  training simulator and each held-out customer; per agent, its held-out mean (the
+  customers weighted alike) +- its standard error."""
+  c = config.collapse
+  customers = (c.training_simulator,) + tuple(c.held_out)
+  rows = {}
+  for agent in (c.start,) + tuple(c.arms):
+    cells = {customer: evaluate_pair(config, workdir, selections, agent, customer,
+                                     c.num_dialogues)
+             for customer in customers}
+    held_out = [cells[customer] for customer in c.held_out]
+    rows[agent] = {
+        "success": {customer: (r["success_rate"], r["success_stderr"])
+                    for customer, r in cells.items()},
+        "held_out_mean": sum(r["success_rate"] for r in held_out) / len(held_out),
+        "held_out_stderr": sum(r["success_stderr"] ** 2 for r in held_out) ** 0.5
+                           / len(held_out)}
+  return {"training_simulator": c.training_simulator, "held_out": list(c.held_out),
+          "rows": rows}
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -228,11 +276,15 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   report["datasets"] = build_task_datasets(config, workdir)
   report["selected_checkpoints"] = train_runs(config, workdir)
   report["evaluation"] = evaluate_pairs(config, workdir, report["selected_checkpoints"])
+  if config.collapse.arms:
+    report["collapse"] = compare_arms(config, workdir, report["selected_checkpoints"])
   report["learning_curves"] = plot_curves(config, workdir)
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
   print(json.dumps(report, indent=2))
   print(format_table(report["evaluation"]))
+  if "collapse" in report:
+    print(format_collapse_table(report["collapse"]))
   return report
 
 
@@ -251,8 +303,19 @@ def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  names = training_order(config)
-  fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.2), squeeze=False)
+  arms = tuple(config.collapse.arms)
+  names = [name for name in training_order(config) if name not in arms]
+  panels = len(names) + bool(arms)
+  fig, axes = plt.subplots(1, panels, figsize=(4.2 * panels, 3.2), squeeze=False)
+  if arms:  # The simulator-collapse arms share one panel: reward against the training simulator.
+    ax = axes[0][-1]
+    for arm in arms:
+      points = [(r["step"], r["reward"]) for r in metrics_lib.read_metrics(
+          os.path.join(workdir, arm, "metrics.jsonl")) if r["split"] == "train"]
+      ax.plot(*zip(*points), marker=".", label=arm)
+    ax.set(title="collapse arms", xlabel="updates", ylabel="training reward (success)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7)
   for ax, name in zip(axes[0], names):
     records = [r for r in metrics_lib.read_metrics(os.path.join(workdir, name, "metrics.jsonl"))
                if r["split"] == "eval"]
@@ -277,4 +340,16 @@ def format_table(evaluation: list[dict[str, Any]]) -> str:
   for r in evaluation:
     lines.append(f"| {r['agent']} | {r['customer']} | {r['beta']:g} | {r['n']} | "
                  f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | {r['mean_turns']:.1f} |")
+  return "\n".join(lines)
+
+
+def format_collapse_table(collapse: dict[str, Any]) -> str:
+  customers = [collapse["training_simulator"]] + collapse["held_out"]
+  lines = ["| agent | " + " | ".join([f"{customers[0]} (training)"]
+                                    + [f"{c} (held out)" for c in customers[1:]])
+           + " | held-out mean |", "|---" * (len(customers) + 2) + "|"]
+  for agent, row in collapse["rows"].items():
+    cells = [f"{row['success'][c][0]:.3f} ± {row['success'][c][1]:.3f}" for c in customers]
+    lines.append(f"| {agent} | " + " | ".join(cells)
+                 + f" | {row['held_out_mean']:.3f} ± {row['held_out_stderr']:.3f} |")
   return "\n".join(lines)

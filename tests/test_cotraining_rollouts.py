@@ -32,7 +32,8 @@ def test_recorded_logprobs_equal_the_trainers_recomputation():
   logp_BxT1, entropy_BxT1 = jax.jit(logprobs.token_logprobs)(decoder, arrays)
   recorded = arrays["behaviour_logp"][:, 1:][mask_BxT[:, 1:]]
   recomputed = np.asarray(logp_BxT1)[mask_BxT[:, 1:]]
-  np.testing.assert_allclose(recomputed, recorded, atol=1e-5, rtol=0)
+  # float32 sums in another order (decode step against full pass): a few ulps of |logp|.
+  np.testing.assert_allclose(recomputed, recorded, atol=1e-5, rtol=1e-5)
   assert (recorded < 0).all() and np.isfinite(np.asarray(entropy_BxT1)[mask_BxT[:, 1:]]).all()
   # The chunked path (small logits budget) scores the same.
   chunked, _ = logprobs.token_logprobs(decoder, arrays, max_logits_bytes=64 * 305 * 4 * 3)

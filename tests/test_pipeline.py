@@ -21,6 +21,11 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
                            agent_temperature=0.0, customer_temperature=0.5)
   # A simulator along its training: the oracle against the customer's checkpoint at a step.
   config.evaluation.pairs += (("scripted_agent:oracle", "bc_customer@2"),)
+  # The simulator-collapse comparison with two of its four arms (each arm's config has its
+  # own tests: test_cotraining_config.py).
+  config.collapse.update(arms=("single_arm", "population_arm"), num_dialogues=2)
+  for arm in ("vs_arm", "cotrain_arm"):
+    del config.runs[arm]
   make_run_config = pipeline_lib.run_config
 
   def smaller(config, name, workdir):  # The quick configs, shrunk to a test's size.
@@ -33,6 +38,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
                           max_new_tokens=8)
     if c.online_eval.num_dialogues:
       c.online_eval.update(batch_size=2, max_turns=4, max_new_tokens=8)
+    if c.get("rl") is not None:
+      c.rl.update(scenarios=2, group_size=2, max_turns=4, max_new_tokens=8)
+      if c.rl.get("population") is not None:
+        c.rl.population.add_every = 1
     return c
 
   monkeypatch.setattr(pipeline_lib, "run_config", smaller)
@@ -91,8 +100,53 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
 
   assert report["evaluation"][-1]["customer_fidelity"]["customer_action_blocks"] >= 0
 
+  # Each arm trained from the BC agent against the BC customer (trained before it), which
+  # the panel holds out the other customer from; every agent met every customer.
+  for arm in config.collapse.arms:
+    with open(os.path.join(workdir, arm, "config.json")) as f:
+      arm_run = json.load(f)
+    assert arm_run["model"]["init_from"] == os.path.join(workdir, "bc_agent")
+    assert arm_run["rl"]["opponent"] == os.path.join(workdir, "bc_customer")
+    assert arm_run["rl"]["panel"]["held_out"] == [os.path.join(workdir, "bc_customer_s1"),
+                                                  "scripted:*"]
+  assert os.listdir(os.path.join(workdir, "population_arm", "population"))  # Its pool.
+  collapse = report["collapse"]
+  assert list(collapse["rows"]) == ["bc_agent", "single_arm", "population_arm"]
+  for row in collapse["rows"].values():
+    assert set(row["success"]) == {"bc_customer", *config.collapse.held_out}
+    assert row["held_out_mean"] == pytest.approx(
+        sum(row["success"][c][0] for c in config.collapse.held_out)
+        / len(config.collapse.held_out))
+  assert "| single_arm |" in pipeline_lib.format_collapse_table(collapse)
+
   # A second run finds every stage done and reports the same numbers.
-  assert pipeline_lib.run(config, workdir)["evaluation"] == report["evaluation"]
+  again = pipeline_lib.run(config, workdir)
+  assert again["evaluation"] == report["evaluation"]
+  assert again["collapse"] == collapse
+
+
+def test_a_run_trains_after_the_runs_its_set_values_name():
+  config = quickstart.get_config()
+  order = pipeline_lib.training_order(config)
+  for arm in config.collapse.arms:
+    assert order.index(arm) > max(order.index(n) for n in ("bc_agent", "bc_customer",
+                                                            "bc_customer_s1"))
+  config.runs.bc_customer.set = (("simulator", "single_arm"),)
+  with pytest.raises(ValueError, match="cycle"):
+    pipeline_lib.training_order(config)
+
+
+def test_a_collapse_arm_that_is_no_run_fails_at_start_up(tmp_path):
+  from experiments import cli, pipeline
+
+  config = quickstart.get_config()
+  config.collapse.arms = ("single_arm", "no_such_arm")
+  with pytest.raises(cli.BadInput, match="'no_such_arm' is not a run"):
+    pipeline.validate(config, str(tmp_path / "run"))
+  config.collapse.arms = ("single_arm",)
+  config.collapse.held_out = ("bc_agent",)
+  with pytest.raises(cli.BadInput, match="run 'bc_agent' plays the agent, paired as the customer"):
+    pipeline.validate(config, str(tmp_path / "run"))
 
 
 def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):

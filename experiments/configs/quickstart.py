@@ -3,14 +3,24 @@
 Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent, a CALM agent (on
 the relabeled corpus, with its action head; played greedily, without planning)
 and a BC customer (the first learned simulator) from it, an ILQL agent from the
-BC agent -> each agent against a scripted customer and the learned one. With its name drill the
-dialogue LM copies names after ~500-1,000 updates (docs/RESULTS.md, run F); the
-wall time and the success this budget reaches are measured there. The other
-numbers of docs/RESULTS.md come from longer runs of the same configs (the
-commands are there); this is the pipeline end to end.
+BC agent -> each agent against a scripted customer and the learned one -> the
+simulator-collapse comparison, short: four GRPO arms from the BC agent against
+the BC customer, then the start and each arm against it and the held-out
+customers (a BC customer of another seed, the scripted styles). With its name
+drill the dialogue LM copies names after ~500-1,000 updates (docs/RESULTS.md,
+run F); the wall time and the success this budget reaches are measured there.
+The other numbers of docs/RESULTS.md come from longer runs of the same configs
+(the commands are there); this is the pipeline end to end.
 """
 
 import ml_collections
+
+from experiments.configs import collapse_airdialogue_quick
+
+# The simulator-collapse arms: GRPO updates each (6 rollout batches of 8 scenarios x 4), a
+# pool member every POOL_EVERY updates (so that Population plays several in so few), held-out
+# scenarios per agent x customer. Sized to make run's 20 minutes: ~5 of them (RESULTS.md).
+ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -31,16 +41,30 @@ def get_config() -> ml_collections.ConfigDict:
   # Run name -> experiments/configs module (":argument" for get_config), its updates, how
   # often it evaluates (online evaluations pick each agent's checkpoint) and the run it
   # starts from (init_from, "" = random init). Every party starts from the dialogue LM.
+  # `set`: (dotted field, value) pairs set on the run's config, a run's name becoming its
+  # workdir.
   config.runs = ml_collections.ConfigDict({
       name: ml_collections.ConfigDict(dict(config=module, steps=steps, eval_every=every,
-                                           init_from=parent))
-      for name, module, steps, every, parent in (
-          ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, ""),
-          ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm"),
-          ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm"),
-          ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent"),
-          ("calm_agent", "calm_airdialogue_quick", 200, 100, "dialogue_lm"),
-      )})
+                                           init_from=parent, set=overrides))
+      for name, module, steps, every, parent, overrides in (
+          ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, "", ()),
+          ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm", ()),
+          ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm", ()),
+          ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent", ()),
+          ("calm_agent", "calm_airdialogue_quick", 200, 100, "dialogue_lm", ()),
+          # A second customer (another seed: data order, dropout) that no arm trains against.
+          ("bc_customer_s1", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm",
+           (("seed", 1),)),
+      ) + tuple(
+          # The simulator-collapse arms (collapse_airdialogue_quick.py) at equal budget, from
+          # the BC agent, against the BC customer; the panel refuses the held-out customers.
+          # Selected at their last step (one validation: the start is the table's first row).
+          (f"{arm}_arm", f"collapse_airdialogue_quick:{arm}", ARM_STEPS, ARM_STEPS,
+           "bc_agent", (("simulator", "bc_customer"),
+                        ("rl.panel.held_out", ("bc_customer_s1", "scripted:*")),
+                        ("train.eval_at_start", False))
+           + ((("rl.population.add_every", POOL_EVERY),) if arm == "population" else ()))
+          for arm in collapse_airdialogue_quick.ARMS)})
   config.training = ml_collections.ConfigDict(dict(
       online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
   ))
@@ -62,5 +86,16 @@ def get_config() -> ml_collections.ConfigDict:
              ("ilql_agent", "scripted:volunteer/held_out"),
              ("calm_agent", "scripted:volunteer/held_out"),
              ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
+  ))
+  # The simulator-collapse comparison, short (issue 13; docs/RESULTS.md has it at 100 updates
+  # x 3 seeds): the BC agent and each arm against the training simulator and the held-out
+  # customers, on COLLAPSE_DIALOGUES held-out scenarios (seed 1000) each.
+  config.collapse = ml_collections.ConfigDict(dict(
+      start="bc_agent",
+      arms=tuple(f"{arm}_arm" for arm in collapse_airdialogue_quick.ARMS),
+      training_simulator="bc_customer",
+      held_out=("bc_customer_s1", "scripted:volunteer", "scripted:answer_only",
+                "scripted:late_reveal", "scripted:terse", "scripted:chatty"),
+      num_dialogues=COLLAPSE_DIALOGUES,
   ))
   return config

@@ -39,5 +39,6 @@ def get_config(part: str = "all") -> ml_collections.ConfigDict:
     runs = {name: runs[name] for name in ("dialogue_lm", "bc_customer")}
     pairs = oracle_pairs
   c.runs = ml_collections.ConfigDict(runs)
+  c.collapse.arms = ()  # The simulator-collapse comparison has its own runs (RESULTS.md).
   c.evaluation.update(num_dialogues=200, batch_size=200, pairs=pairs)
   return c
