@@ -55,6 +55,9 @@ def validate(config: ml_collections.ConfigDict, workdir: str) -> None:
     if arm not in roles:
       raise cli.BadInput(f"config.collapse.arms: {arm!r} is not a run of config.runs")
   if collapse.arms:
+    if not collapse.held_out:
+      raise cli.BadInput("config.collapse.held_out: empty; the comparison is on held-out "
+                         "customers")
     for spec in (collapse.start,) + tuple(collapse.arms):
       _check_party(config, roles, spec, "agent", "config.collapse")
     for spec in (collapse.training_simulator,) + tuple(collapse.held_out):

@@ -144,6 +144,9 @@ def test_a_collapse_arm_that_is_no_run_fails_at_start_up(tmp_path):
   with pytest.raises(cli.BadInput, match="'no_such_arm' is not a run"):
     pipeline.validate(config, str(tmp_path / "run"))
   config.collapse.arms = ("single_arm",)
+  config.collapse.held_out = ()
+  with pytest.raises(cli.BadInput, match="config.collapse.held_out: empty"):
+    pipeline.validate(config, str(tmp_path / "run"))
   config.collapse.held_out = ("bc_agent",)
   with pytest.raises(cli.BadInput, match="run 'bc_agent' plays the agent, paired as the customer"):
     pipeline.validate(config, str(tmp_path / "run"))
