@@ -24,7 +24,7 @@ from calm import data as calm_data
 from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
-from experiments import customer_fidelity, evaluate_lib, train_lib
+from experiments import compare_agents, customer_fidelity, evaluate_lib, train_lib
 from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, policy_io, tasks
 
 SPLITS = ("train", "eval")
@@ -104,22 +104,26 @@ def run_config(config: ml_collections.ConfigDict, name: str,
   return run
 
 
+def _items(value: Any) -> tuple[Any, ...]:
+  """A `set` value's items: a tuple's, or the value alone."""
+  return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _is_run(value: Any, config: ml_collections.ConfigDict) -> bool:
+  return isinstance(value, str) and value in config.runs
+
+
 def _in_workdir(value: Any, config: ml_collections.ConfigDict, workdir: str) -> Any:
   """A run's `set` value with every run name in it (alone or in a tuple) as its workdir."""
-  if isinstance(value, (tuple, list)):
-    return tuple(_in_workdir(v, config, workdir) for v in value)
-  return os.path.join(workdir, value) if isinstance(value, str) and value in config.runs else value
+  resolved = tuple(os.path.join(workdir, v) if _is_run(v, config) else v for v in _items(value))
+  return resolved if isinstance(value, (tuple, list)) else resolved[0]
 
 
 def _needs(config: ml_collections.ConfigDict, name: str) -> list[str]:
   """The runs run `name` reads: the one it starts from and those its `set` values name."""
   spec = config.runs[name]
-  names = [spec.init_from] if spec.init_from else []
-  for _, value in spec.get("set", ()):
-    for v in value if isinstance(value, (tuple, list)) else (value,):
-      if isinstance(v, str) and v in config.runs:
-        names.append(v)
-  return names
+  return ([spec.init_from] if spec.init_from else []) + [
+      v for _, value in spec.get("set", ()) for v in _items(value) if _is_run(v, config)]
 
 
 def build_task_datasets(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -241,8 +245,8 @@ def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
 def compare_arms(config: ml_collections.ConfigDict, workdir: str,
                  selections: dict[str, Any]) -> dict[str, Any]:
   """The simulator-collapse comparison, short: the start and every arm against the arms'
-  training simulator and each held-out customer; per agent, its held-out mean (the
-  customers weighted alike) +- its standard error."""
+  training simulator and each held-out customer; per agent, its success over the
+  held-out customers' dialogues (compare_agents.pooled) +- its standard error."""
   c = config.collapse
   customers = (c.training_simulator,) + tuple(c.held_out)
   rows = {}
@@ -250,13 +254,12 @@ def compare_arms(config: ml_collections.ConfigDict, workdir: str,
     cells = {customer: evaluate_pair(config, workdir, selections, agent, customer,
                                      c.num_dialogues)
              for customer in customers}
-    held_out = [cells[customer] for customer in c.held_out]
+    held_out = compare_agents.pooled([cells[customer] for customer in c.held_out])
     rows[agent] = {
         "success": {customer: (r["success_rate"], r["success_stderr"])
                     for customer, r in cells.items()},
-        "held_out_mean": sum(r["success_rate"] for r in held_out) / len(held_out),
-        "held_out_stderr": sum(r["success_stderr"] ** 2 for r in held_out) ** 0.5
-                           / len(held_out)}
+        "held_out_mean": held_out["success_rate"],
+        "held_out_stderr": held_out["success_stderr"]}
   return {"training_simulator": c.training_simulator, "held_out": list(c.held_out),
           "rows": rows}
 
