@@ -30,15 +30,24 @@ import numpy as np
 from absl import flags
 
 from experiments import cli, evaluate_lib
-from ilql_dialogue import policy_io, rollout
+from ilql_dialogue import init_from, policy_io, rollout
 
 
 def selected_beta(spec: str) -> float:
-  """The beta a run's kept checkpoint was selected at (0 for BC and scripted agents)."""
-  if not os.path.isdir(spec):
+  """The beta a run's kept checkpoint was selected at (0 for BC and scripted agents, and for
+  a checkpoint named by its step, WORKDIR@STEP, which no selection chose)."""
+  path, step = init_from.split_step(spec)
+  if step is not None or not os.path.isdir(path):
     return 0.0
-  meta = policy_io.selected(spec) or {}
+  meta = policy_io.selected(path) or {}
   return float(meta.get("eval", {}).get("best_beta", 0.0))
+
+
+def value_guided(spec: str) -> bool:
+  """Whether the run `spec` names (WORKDIR or WORKDIR@STEP) decodes with a value (ILQL, MC)."""
+  path, _ = init_from.split_step(spec)
+  return os.path.isdir(path) and policy_io.read_config(path).algorithm.name in (
+      "ilql", "mc_value")
 
 
 FIELDS = ("status_acc", "flight_acc", "name_acc", "mean_turns")
@@ -81,9 +90,7 @@ def compare(agents: dict[str, str], customers: Sequence[str], *, num_dialogues: 
   for name, spec in agents.items():
     seeds = spec.split(SEED_SEP)
     best = [selected_beta(s) for s in seeds]
-    guided = os.path.isdir(seeds[0]) and policy_io.read_config(seeds[0]).algorithm.name in (
-        "ilql", "mc_value")
-    sweep = guided and (sweep_agents is None or name in sweep_agents)
+    sweep = value_guided(seeds[0]) and (sweep_agents is None or name in sweep_agents)
     settings = [(best, True)] + [([b] * len(seeds), False) for b in sweep_betas
                                  if sweep and [b] * len(seeds) != best]
     for betas, is_selected in settings:

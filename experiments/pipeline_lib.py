@@ -92,8 +92,6 @@ def run_config(config: ml_collections.ConfigDict, name: str,
                    checkpoint_every=spec.eval_every)
   if spec.init_from:
     run.model.init_from = os.path.join(workdir, spec.init_from)
-  for key, value in spec.get("set", ()):
-    run.update_from_flattened_dict({key: _in_workdir(value, config, workdir)})
   if any(run_name(party) == name and party != name
          for pair in config.evaluation.pairs for party in pair):
     run.train.keep_checkpoints = spec.steps // spec.eval_every + 1  # A pair plays NAME@STEP.
@@ -101,6 +99,8 @@ def run_config(config: ml_collections.ConfigDict, name: str,
     run.online_eval.num_dialogues = config.training.online_dialogues
     # A checkpoint is selected decoding as it will be evaluated.
     run.online_eval.temperature = config.evaluation[f"{run.task.role}_temperature"]
+  for key, value in spec.get("set", ()):  # A run's own settings win over the pipeline's.
+    run.update_from_flattened_dict({key: _in_workdir(value, config, workdir)})
   return run
 
 

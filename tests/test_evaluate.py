@@ -290,3 +290,19 @@ def test_compare_agents_pools_seeds(tmp_path):
   assert row["pooled"]["success_rate"] == pytest.approx(sum(seeds) / 2)
   assert row["pooled"]["seed_stderr"] == pytest.approx(abs(seeds[0] - seeds[1]) / 2)
   assert "(2 seeds; ±" in compare_agents.to_markdown(rows, customers)
+
+
+def test_compare_agents_sweeps_a_value_guided_run_named_by_step(tmp_path):
+  """WORKDIR@STEP of an ILQL run is swept like its workdir (it was skipped silently), and plays
+  beta 0 unless swept: no selection chose a beta for that checkpoint."""
+  from experiments import compare_agents
+
+  for name, algorithm in (("ilql_run", "ilql"), ("bc_run", "bc")):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(
+        json.dumps({"algorithm": {"name": algorithm}, "model": {}}))
+  ilql_run, bc_run = str(tmp_path / "ilql_run"), str(tmp_path / "bc_run")
+  assert compare_agents.value_guided(ilql_run) and compare_agents.value_guided(f"{ilql_run}@200")
+  assert not compare_agents.value_guided(f"{bc_run}@200")
+  assert not compare_agents.value_guided("scripted_agent:oracle")
+  assert compare_agents.selected_beta(f"{ilql_run}@200") == 0.0

@@ -37,7 +37,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
     c.skill_probes.update(num_dialogues=min(c.skill_probes.num_dialogues, 2), batch_size=2,
                           max_new_tokens=8)
     if c.online_eval.num_dialogues:
-      c.online_eval.update(batch_size=2, max_turns=4, max_new_tokens=8)
+      c.online_eval.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8)
     if c.get("rl") is not None:
       c.rl.update(scenarios=2, group_size=2, max_turns=4, max_new_tokens=8)
       if c.rl.get("population") is not None:
@@ -136,6 +136,17 @@ def test_a_run_trains_after_the_runs_its_set_values_name():
     pipeline_lib.training_order(config)
 
 
+def test_a_runs_own_settings_win_over_the_pipelines(tmp_path):
+  """Agents are selected on config.training.online_dialogues validation scenarios; an arm,
+  selected at its one evaluation, plays the fewer its `set` names."""
+  config = quickstart.get_config()
+  workdir = str(tmp_path)
+  assert pipeline_lib.run_config(config, "bc_agent", workdir).online_eval.num_dialogues == 256
+  arm = pipeline_lib.run_config(config, "vs_arm", workdir)
+  assert arm.online_eval.num_dialogues == quickstart.ARM_VALIDATION_DIALOGUES
+  assert arm.online_eval.temperature == config.evaluation.agent_temperature
+
+
 def test_a_collapse_arm_that_is_no_run_fails_at_start_up(tmp_path):
   from experiments import cli, pipeline
 
@@ -164,8 +175,9 @@ def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):
   pipeline.validate(config, str(tmp_path / "run"))
 
 
-@pytest.mark.parametrize("part", ["all", "customer"])
-def test_the_long_pipeline_config_passes_start_up(tmp_path, part):
+@pytest.mark.parametrize("part,every,dialogues", [("all", 2000, 3000), ("customer", 2000, 3000),
+                                                   ("customer_data", 1000, 15000)])
+def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogues):
   """quickstart_long: the oracle plays the customer along its training, each step saved."""
   from experiments import pipeline
   from experiments.configs import quickstart_long
@@ -173,8 +185,9 @@ def test_the_long_pipeline_config_passes_start_up(tmp_path, part):
   config = quickstart_long.get_config(part)
   pipeline.validate(config, str(tmp_path / "run"))
   customer = pipeline_lib.run_config(config, "bc_customer", str(tmp_path / "run"))
-  assert customer.train.keep_checkpoints == 5  # 2,000 ... 8,000 and one spare.
+  assert customer.train.keep_checkpoints == 5  # Four oracle checkpoints and one spare.
   assert [p for p in config.evaluation.pairs if p[0] == "scripted_agent:oracle"] == [
-      ("scripted_agent:oracle", "bc_customer@2000"), ("scripted_agent:oracle", "bc_customer@4000"),
-      ("scripted_agent:oracle", "bc_customer@6000"), ("scripted_agent:oracle", "bc_customer")]
+      ("scripted_agent:oracle", f"bc_customer@{every * k}") for k in (1, 2, 3)] + [
+      ("scripted_agent:oracle", "bc_customer")]
+  assert config.airdialogue.train_dialogues == dialogues
   assert ("bc_agent" in config.runs) == (part == "all")

@@ -21,6 +21,7 @@ from experiments.configs import collapse_airdialogue_quick
 # pool member every POOL_EVERY updates (so that Population plays several in so few), held-out
 # scenarios per agent x customer. Sized to make run's 20 minutes: 6.4 of its 17.5 (RESULTS.md).
 ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
+ARM_VALIDATION_DIALOGUES = 32  # The arms' one evaluation against the learned customer.
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -62,11 +63,16 @@ def get_config() -> ml_collections.ConfigDict:
           (f"{arm}_arm", f"collapse_airdialogue_quick:{arm}", ARM_STEPS, ARM_STEPS,
            "bc_agent", (("simulator", "bc_customer"),
                         ("rl.panel.held_out", ("bc_customer_s1", "scripted:*")),
-                        ("train.eval_at_start", False))
+                        ("train.eval_at_start", False),
+                        # One evaluation selects nothing: a few dialogues log its return.
+                        ("online_eval.num_dialogues", ARM_VALIDATION_DIALOGUES))
            + ((("rl.population.add_every", POOL_EVERY),) if arm == "population" else ()))
           for arm in collapse_airdialogue_quick.ARMS)})
   config.training = ml_collections.ConfigDict(dict(
-      online_dialogues=32,  # Validation scenarios per evaluation (seed 2000).
+      # Validation scenarios per evaluation (seed 2000) that pick each agent's checkpoint: at
+      # 32 (s.e. ~0.08) one CALM seed of three was picked at a step that copies names 0.58 of
+      # the time (docs/RESULTS.md, "CALM's ablation table"); 256 cost seconds per evaluation.
+      online_dialogues=256,
   ))
   # (agent, customer): run names or party specs (ilql_dialogue/simulators.py).
   config.evaluation = ml_collections.ConfigDict(dict(

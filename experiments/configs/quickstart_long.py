@@ -6,6 +6,10 @@
     # the dialogue LM, the customer and the oracle against it along its training only:
     python -m experiments.pipeline --config=experiments/configs/quickstart_long.py:customer \
         --workdir=runs/quickstart_long
+    # the same on five times the corpus (15,000 dialogues), 4,000 customer updates: whether the
+    # customer's ceiling is its data (it memorizes 3,000 dialogues from 2,000 updates on)
+    python -m experiments.pipeline --config=experiments/configs/quickstart_long.py:customer_data \
+        --workdir=runs/quickstart_long_data
 
 The dialogue LM is make run's (1,000 updates); the learned customer trains 8,000 updates
 (make run: 200; the oracle plays its checkpoints every 2,000), the BC and CALM agents 2,000
@@ -16,26 +20,30 @@ import ml_collections
 
 from experiments.configs import quickstart
 
-CUSTOMER_STEPS, CUSTOMER_EVERY = 8000, 2000
+# part -> (customer updates, oracle every, training dialogues).
+PARTS = {"all": (8000, 2000, 3000), "customer": (8000, 2000, 3000),
+         "customer_data": (4000, 1000, 15000)}
 
 
 def get_config(part: str = "all") -> ml_collections.ConfigDict:
-  if part not in ("all", "customer"):
-    raise ValueError(f"quickstart_long.py:{part}: expected 'all' or 'customer'")
+  if part not in PARTS:
+    raise ValueError(f"quickstart_long.py:{part}: expected one of {sorted(PARTS)}")
+  customer_steps, customer_every, train_dialogues = PARTS[part]
   c = quickstart.get_config()
+  c.airdialogue.train_dialogues = train_dialogues
   runs = {name: dict(config=module, steps=steps, eval_every=every, init_from=parent)
           for name, module, steps, every, parent in (
               ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, ""),
-              ("bc_customer", "bc_airdialogue_customer_quick", CUSTOMER_STEPS, CUSTOMER_EVERY,
+              ("bc_customer", "bc_airdialogue_customer_quick", customer_steps, customer_every,
                "dialogue_lm"),
               ("bc_agent", "bc_airdialogue_quick", 2000, 500, "dialogue_lm"),
               ("ilql_agent", "ilql_airdialogue_quick", 1000, 500, "bc_agent"),
               ("calm_agent", "calm_airdialogue_quick", 2000, 500, "dialogue_lm"))}
   oracle_pairs = tuple(("scripted_agent:oracle", f"bc_customer@{step}")
-                       for step in range(CUSTOMER_EVERY, CUSTOMER_STEPS, CUSTOMER_EVERY))
+                       for step in range(customer_every, customer_steps, customer_every))
   oracle_pairs += (("scripted_agent:oracle", "bc_customer"),)
   pairs = oracle_pairs + tuple(p for p in c.evaluation.pairs if p not in oracle_pairs)
-  if part == "customer":
+  if part != "all":
     runs = {name: runs[name] for name in ("dialogue_lm", "bc_customer")}
     pairs = oracle_pairs
   c.runs = ml_collections.ConfigDict(runs)
