@@ -19,7 +19,7 @@ from experiments.configs import collapse_airdialogue_quick
 
 # The simulator-collapse arms: GRPO updates each (6 rollout batches of 8 scenarios x 4), a
 # pool member every POOL_EVERY updates (so that Population plays several in so few), held-out
-# scenarios per agent x customer. Sized to make run's 20 minutes: 6.4 of its 17.5 (RESULTS.md).
+# scenarios per agent x customer. Sized to make run's 20 minutes: 6.4 of its 19.2 (RESULTS.md).
 ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
 ARM_VALIDATION_DIALOGUES = 32  # The arms' one evaluation against the learned customer.
 
