@@ -199,13 +199,12 @@ def run_name(spec: str) -> str:
   return init_from.split_step(spec)[0]
 
 
-def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, selections: dict[str, Any],
-                  agent: str, customer: str, num_dialogues: int) -> dict[str, Any]:
+def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, customer: str,
+                  num_dialogues: int) -> dict[str, Any]:
   """Plays one (agent, customer) pair on held-out scenarios (once: its summary is kept); an
-  ILQL agent decodes at the beta its checkpoint was selected with."""
+  ILQL agent decodes at the beta its checkpoint was selected with (compare_agents' rule)."""
   out_dir = os.path.join(workdir, "eval")
-  selection = selections.get(run_name(agent)) or {}
-  beta = float(selection.get("eval", {}).get("best_beta", 0.0))
+  beta = compare_agents.selected_beta(_party(agent, config, workdir))
   tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
   if num_dialogues != config.evaluation.num_dialogues:
     tag += f"_n{num_dialogues}"
@@ -235,15 +234,12 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, selections: d
   return row
 
 
-def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str,
-                   selections: dict[str, Any]) -> list[dict[str, Any]]:
-  return [evaluate_pair(config, workdir, selections, agent, customer,
-                        config.evaluation.num_dialogues)
+def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
+  return [evaluate_pair(config, workdir, agent, customer, config.evaluation.num_dialogues)
           for agent, customer in config.evaluation.pairs]
 
 
-def compare_arms(config: ml_collections.ConfigDict, workdir: str,
-                 selections: dict[str, Any]) -> dict[str, Any]:
+def compare_arms(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """The simulator-collapse comparison, short: the start and every arm against the arms'
   training simulator and each held-out customer; per agent, its success over the
   held-out customers' dialogues (compare_agents.pooled) +- its standard error."""
@@ -251,8 +247,7 @@ def compare_arms(config: ml_collections.ConfigDict, workdir: str,
   customers = (c.training_simulator,) + tuple(c.held_out)
   rows = {}
   for agent in (c.start,) + tuple(c.arms):
-    cells = {customer: evaluate_pair(config, workdir, selections, agent, customer,
-                                     c.num_dialogues)
+    cells = {customer: evaluate_pair(config, workdir, agent, customer, c.num_dialogues)
              for customer in customers}
     held_out = compare_agents.pooled([cells[customer] for customer in c.held_out])
     rows[agent] = {
@@ -278,9 +273,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     report[f"airdialogue/{split}"] = {k: corpus[k] for k in ("n", "success_rate", "expected_status")}
   report["datasets"] = build_task_datasets(config, workdir)
   report["selected_checkpoints"] = train_runs(config, workdir)
-  report["evaluation"] = evaluate_pairs(config, workdir, report["selected_checkpoints"])
+  report["evaluation"] = evaluate_pairs(config, workdir)
   if config.collapse.arms:
-    report["collapse"] = compare_arms(config, workdir, report["selected_checkpoints"])
+    report["collapse"] = compare_arms(config, workdir)
   report["learning_curves"] = plot_curves(config, workdir)
   with open(os.path.join(workdir, "report.json"), "w") as f:
     json.dump(report, f, indent=2)
