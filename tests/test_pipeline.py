@@ -176,7 +176,8 @@ def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):
 
 
 @pytest.mark.parametrize("part,every,dialogues", [("all", 2000, 3000), ("customer", 2000, 3000),
-                                                   ("customer_data", 1000, 15000)])
+                                                   ("customer_data", 1000, 15000),
+                                                   ("targets", 1000, 15000)])
 def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogues):
   """quickstart_long: the oracle plays the customer along its training, each step saved."""
   from experiments import pipeline
@@ -190,4 +191,4 @@ def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogu
       ("scripted_agent:oracle", f"bc_customer@{every * k}") for k in (1, 2, 3)] + [
       ("scripted_agent:oracle", "bc_customer")]
   assert config.airdialogue.train_dialogues == dialogues
-  assert ("bc_agent" in config.runs) == (part == "all")
+  assert ("bc_agent" in config.runs) == (part in ("all", "targets"))
