@@ -180,10 +180,30 @@ def output_dir(path: str, what: str) -> str:
   return path
 
 
+def _open_options(spec: str) -> bool:
+  """Whether a seed spec ends inside a wrapper's options ("calm:n=4" of "calm:n=4,m=2:RUN"),
+  whose commas a list flag split."""
+  from ilql_dialogue import simulators
+
+  last = spec.rpartition("+")[2]
+  for prefix in (simulators.CALM_PREFIX, simulators.VS_PREFIX):
+    if last.startswith(prefix):
+      options = last[len(prefix):]
+      return "=" in options and ":" not in options
+  return False
+
+
 def named_seeds(items: Sequence[str], what: str) -> dict[str, list[str]]:
-  """["NAME=A+B+C", ...] (a list flag) -> {NAME: [A, B, C]}: one agent or run, several seeds."""
-  named = {}
+  """["NAME=A+B+C", ...] (a list flag) -> {NAME: [A, B, C]}: one agent or run, several seeds.
+  A wrapper's options ("calm:n=4,m=2:RUN") keep their commas."""
+  joined: list[str] = []
   for item in items:
+    if joined and _open_options(joined[-1].partition("=")[2]):
+      joined[-1] += "," + item
+    else:
+      joined.append(item)
+  named = {}
+  for item in joined:
     name, sep, spec = item.partition("=")
     if not (name and sep and spec):
       raise BadInput(f"{what}: {item!r} is not NAME=SPEC[+SPEC...]")

@@ -198,3 +198,14 @@ def test_wrapped_party_specs_are_checked_down_to_their_workdir(spec, message):
 def test_an_endpoint_party_passes_the_start_up_check():
   assert cli.check_party("vs_llm:k=5,base_url=http://127.0.0.1:1/v1,model=m", "customer",
                          "--customer") is None
+
+
+def test_named_seeds_keep_a_wrappers_option_commas():
+  """A list flag splits "calm_full=calm:n=4,m=2:A+calm:n=4,m=2:B" at every comma; the names
+  and the wrappers' options come back whole."""
+  items = "calm_full=calm:n=4,m=2,score=head:runs/a+calm:n=4,m=2:runs/b,bc=runs/c,vs=vs:k=3:d"
+  assert cli.named_seeds(items.split(","), "--agents") == {
+      "calm_full": ["calm:n=4,m=2,score=head:runs/a", "calm:n=4,m=2:runs/b"],
+      "bc": ["runs/c"], "vs": ["vs:k=3:d"]}
+  with pytest.raises(cli.BadInput, match="'runs/c' is not NAME=SPEC"):
+    cli.named_seeds(["calm_full=calm:n=4:runs/a", "runs/c"], "--agents")
