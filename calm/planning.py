@@ -15,7 +15,11 @@ Candidate 0 is the model's greedy reply (`greedy=1`, the default), the other
 N - 1 are sampled at `temp`: planning then only replaces the plain policy's
 reply when the model's own rollouts score another one higher, so a planner
 cannot do worse than greedy decoding for want of a good candidate (sampled
-candidates alone get the customer's name wrong, docs/RESULTS.md).
+candidates alone get the customer's name wrong, docs/RESULTS.md). With
+`margin=D` a sampled candidate replaces the greedy one only when it scores
+more than D above it: a score blind to part of success (the head does not see
+the name, so a sampled closing that mis-copies it ties the greedy one) then
+cannot trade that part away for noise in the rest.
 
 N = 1 is 'CALM without planning': the one candidate is said, nothing is imagined.
 
@@ -52,7 +56,7 @@ Score: `reward_token` (default) or `head`.
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
 
-Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G:]PATH`, PATH a
+Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -79,9 +83,9 @@ from ilql_dialogue.models.kv_cache import KVCache, init_cache
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 
 SCORES = ("reward_token", "head")
-DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1)
+DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0)
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
-                   greedy="greedy_candidate")
+                   greedy="greedy_candidate", margin="margin")
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
 _SPEC_RE = re.compile(r"^calm:(?:(?P<options>\w+=[^,:]*(?:,\w+=[^,:]*)*):)?(?P<inner>.+)$")
 # LMParty's per-row records besides its cache and keys (simulators.LMParty.reset).
@@ -187,7 +191,8 @@ class CALMPlanner:
   """
 
   def __init__(self, party: simulators.LMParty, n: int = 1, m: int = 1, h: int = 6,
-               score: str = "reward_token", temp: float = 1.0, greedy: int = 1):
+               score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
+               margin: float = 0.0):
     if not isinstance(party, simulators.LMParty) or party.role != simulators.AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -199,6 +204,9 @@ class CALMPlanner:
       raise ValueError(f"CALM planning score {score!r}: expected one of {SCORES}")
     self.party, self.n, self.m, self.h, self.score = party, n, m, h, score
     self.greedy = bool(greedy)
+    if margin < 0:
+      raise ValueError(f"CALM planning: margin={margin} must be >= 0")
+    self.margin = float(margin)
     self.role = party.role
     self.replicas = n * m if n > 1 else 1
     tok = party.tokenizer
@@ -250,6 +258,8 @@ class CALMPlanner:
     for b in np.flatnonzero(live_B):
       by_candidate_N = scores_R[b * r:(b + 1) * r].reshape(self.n, m).mean(axis=1)
       j = int(np.argmax(by_candidate_N))
+      if self.greedy and by_candidate_N[j] - by_candidate_N[0] <= self.margin:
+        j = 0  # Not better enough than the greedy reply.
       picks[b * r:(b + 1) * r] = b * r + j * m
       self.candidates[b] = [replies_R[b * r + i * m] for i in range(self.n)]
       self.scores[b], self.picked[b] = by_candidate_N.tolist(), j
@@ -351,10 +361,11 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
   match = _SPEC_RE.match(spec)
   if match is None:
     raise ValueError(f"party spec {spec!r}: expected "
-                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G:]PATH")
+                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D:]PATH")
   options = simulators.parse_options(
       spec, match["options"] or "",
-      {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int}, "CALM")
+      {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
+       "margin": float}, "CALM")
   return options, match["inner"]
 
 

@@ -85,6 +85,26 @@ def test_planner_says_the_candidate_with_the_best_mean_score(tokenizer, monkeypa
   assert any(any(row) for row in seen)  # The continuations were imagined.
 
 
+@pytest.mark.parametrize("margin,picked", [(0.01, 1), (0.1, 0)])
+def test_a_sampled_candidate_must_beat_the_greedy_one_by_the_margin(tokenizer, monkeypatch,
+                                                                     margin, picked):
+  """Candidate 1 outscores the greedy candidate 0 by 0.05: said under a margin of 0.01, not
+  under 0.1."""
+  planner = planning.CALMPlanner(untrained_party(tokenizer), n=3, m=2, h=2, margin=margin)
+
+  def score(self, imagined):
+    candidate_R = np.arange(len(imagined)) % self.replicas // self.m
+    return np.select([candidate_R == 0, candidate_R == 1], [0.50, 0.55], 0.0), np.zeros(
+        len(imagined))
+
+  monkeypatch.setattr(planning.CALMPlanner, "_score", score)
+  results = _play(planner, max_turns=2)
+  assert planner.picked == [picked, picked]
+  for b, result in enumerate(results):
+    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
+    assert agent_turns[-1] == planner.candidates[b][picked]
+
+
 def test_planning_plays_dialogues_without_recompiling_per_turn(tokenizer):
   planner = planning.CALMPlanner(untrained_party(tokenizer), n=2, m=2, h=3)
   _play(planner, max_turns=6)  # Compiles every shape these dialogues' turns use.
@@ -122,6 +142,7 @@ def test_spec_options_and_errors():
       {"n": 4, "m": 2, "h": 6, "score": "head"}, "/runs/calm")
   assert planning.parse_spec("calm:/runs/calm") == ({}, "/runs/calm")
   assert planning.parse_spec("calm:greedy=0:/runs/calm") == ({"greedy": 0}, "/runs/calm")
+  assert planning.parse_spec("calm:margin=0.1:/runs/calm") == ({"margin": 0.1}, "/runs/calm")
   with pytest.raises(ValueError, match="unknown CALM option 'k'"):
     planning.parse_spec("calm:k=4:/runs/calm")
   with pytest.raises(ValueError, match="is not a int"):
