@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from typing import Any, Iterable, Mapping
 
 import jax
@@ -18,6 +19,9 @@ import numpy as np
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "learning_curves.png"
+# Characters TensorBoard tags may not hold ("return/beta=4"): replaced here, once, instead of
+# by tensorboardX with a log line per scalar; metrics.jsonl keeps the keys as they are.
+_TAG_ILLEGAL = re.compile(r"[^-/\w.]")
 
 
 class PendingMetrics:
@@ -74,7 +78,7 @@ class MetricsWriter:
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
     for key, value in metrics.items():
-      self._tb.add_scalar(f"{split}/{key}", float(value), step)
+      self._tb.add_scalar(_TAG_ILLEGAL.sub("_", f"{split}/{key}"), float(value), step)
     self._tb.flush()
 
   def close(self) -> None:
