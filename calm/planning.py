@@ -202,11 +202,11 @@ class CALMPlanner:
       raise ValueError(f"CALM planning: n={n}, m={m}, h={h} must be >= 1")
     if score not in SCORES:
       raise ValueError(f"CALM planning score {score!r}: expected one of {SCORES}")
+    if margin < 0 or (margin > 0 and not greedy):
+      raise ValueError(f"CALM planning: margin={margin} must be >= 0, and is measured from the "
+                       "greedy candidate (greedy=1)")
     self.party, self.n, self.m, self.h, self.score = party, n, m, h, score
-    self.greedy = bool(greedy)
-    if margin < 0:
-      raise ValueError(f"CALM planning: margin={margin} must be >= 0")
-    self.margin = float(margin)
+    self.greedy, self.margin = bool(greedy), float(margin)
     self.role = party.role
     self.replicas = n * m if n > 1 else 1
     tok = party.tokenizer
@@ -258,8 +258,8 @@ class CALMPlanner:
     for b in np.flatnonzero(live_B):
       by_candidate_N = scores_R[b * r:(b + 1) * r].reshape(self.n, m).mean(axis=1)
       j = int(np.argmax(by_candidate_N))
-      if self.greedy and by_candidate_N[j] - by_candidate_N[0] <= self.margin:
-        j = 0  # Not better enough than the greedy reply.
+      if by_candidate_N[j] - by_candidate_N[0] <= self.margin:
+        j = 0  # Not enough better than the greedy reply (ties: the first, as before).
       picks[b * r:(b + 1) * r] = b * r + j * m
       self.candidates[b] = [replies_R[b * r + i * m] for i in range(self.n)]
       self.scores[b], self.picked[b] = by_candidate_N.tolist(), j

@@ -105,6 +105,11 @@ def test_a_sampled_candidate_must_beat_the_greedy_one_by_the_margin(tokenizer, m
     assert agent_turns[-1] == planner.candidates[b][picked]
 
 
+def test_a_margin_needs_the_greedy_candidate(tokenizer):
+  with pytest.raises(ValueError, match="greedy=1"):
+    planning.CALMPlanner(untrained_party(tokenizer), n=3, m=1, greedy=0, margin=0.1)
+
+
 def test_planning_plays_dialogues_without_recompiling_per_turn(tokenizer):
   planner = planning.CALMPlanner(untrained_party(tokenizer), n=2, m=2, h=3)
   _play(planner, max_turns=6)  # Compiles every shape these dialogues' turns use.
