@@ -23,6 +23,16 @@ cannot trade that part away for noise in the rest.
 
 N = 1 is 'CALM without planning': the one candidate is said, nothing is imagined.
 
+Action (`act`): `lm` (default) says the closing turn as the LM wrote it; `head`
+keeps the LM's words and the name it copied, and takes the status and flight
+of its action block from the auxiliary head's argmax at the block's
+`[action]` marker. The head is trained on exactly that decision (calm/model.py)
+and reads the whole table at once, where the LM has to spell a flight number
+out token by token; the name stays the LM's, since the head's 63 classes have
+none. A closing turn whose block does not parse is said as written (there is
+no name to keep). The party's cache keeps what the LM wrote: the dialogue ends
+at the action.
+
 Batching. The party is ONE simulators.LMParty of B * R rows (R = N * M
 replicas of each dialogue, as cotraining/verbalized_sampling.py does with
 its k candidates): each turn's candidates are one batched generate, replica
@@ -56,7 +66,7 @@ Score: `reward_token` (default) or `head`.
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
 
-Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D:]PATH`, PATH a
+Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -74,7 +84,7 @@ import numpy as np
 
 from calm import actions, model as calm_model
 from cotraining.verbalized_sampling import take_rows
-from data_pipelines.airdialogue import action_grammar
+from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Turn
 from ilql_dialogue import bc, simulators
 from ilql_dialogue.generation import logits_processors as lp
@@ -83,9 +93,10 @@ from ilql_dialogue.models.kv_cache import KVCache, init_cache
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 
 SCORES = ("reward_token", "head")
-DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0)
+ACTS = ("lm", "head")
+DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm")
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
-                   greedy="greedy_candidate", margin="margin")
+                   greedy="greedy_candidate", margin="margin", act="action")
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
 _SPEC_RE = re.compile(r"^calm:(?:(?P<options>\w+=[^,:]*(?:,\w+=[^,:]*)*):)?(?P<inner>.+)$")
 # LMParty's per-row records besides its cache and keys (simulators.LMParty.reset).
@@ -166,6 +177,18 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
   return log_odds_R, head_R
 
 
+@jax.jit
+def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
+                    mask_BxT: jax.Array, position_B: jax.Array) -> jax.Array:
+  """logits_BxA of the action head at each row's `[action]` marker, the table conditioned on
+  reward 1 as in decoding (rows without a marker, position -1, give the first token's)."""
+  prefix_BxPxD = model.embed_prefix(fields_BxPxF)
+  hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
+                          prefix_BxPxD=prefix_BxPxD)
+  hidden_BxD, _ = calm_model.decision_hidden(hidden_BxTxD, position_B)
+  return model.action_logits(hidden_BxD)
+
+
 def scoring_length(longest: int, max_len: int) -> int:
   """Histories and suffixes are scored padded to a multiple of SCORE_BUCKET: a bounded
   number of compiles (max_len / SCORE_BUCKET per axis), at most SCORE_BUCKET - 1 wasted
@@ -185,14 +208,16 @@ class CALMPlanner:
   """The agent planning with its own CALM model (module docstring).
 
   `candidates[b]`, `scores[b]` (one per candidate) and `picked[b]` record row
-  b's last turn, None where the row gave no reply or did not plan. With n > 1
+  b's last turn, None where the row gave no reply or did not plan; with
+  act="head", `head_actions[b]` is (the LM's action, the one said) where row b's
+  last turn closed the dialogue with a block that parses. With n > 1
   the party samples candidates at `temp` (candidate 0 greedily when `greedy`)
   and imagined continuations at `temp`.
   """
 
   def __init__(self, party: simulators.LMParty, n: int = 1, m: int = 1, h: int = 6,
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
-               margin: float = 0.0):
+               margin: float = 0.0, act: str = "lm"):
     if not isinstance(party, simulators.LMParty) or party.role != simulators.AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -205,7 +230,9 @@ class CALMPlanner:
     if margin < 0 or (margin > 0 and not greedy):
       raise ValueError(f"CALM planning: margin={margin} must be >= 0, and is measured from the "
                        "greedy candidate (greedy=1)")
-    self.party, self.n, self.m, self.h, self.score = party, n, m, h, score
+    if act not in ACTS:
+      raise ValueError(f"CALM action {act!r}: expected one of {ACTS}")
+    self.party, self.n, self.m, self.h, self.score, self.act = party, n, m, h, score, act
     self.greedy, self.margin = bool(greedy), float(margin)
     self.role = party.role
     self.replicas = n * m if n > 1 else 1
@@ -236,11 +263,17 @@ class CALMPlanner:
     self.candidates: list[list[str] | None] = [None] * len(seeds)
     self.scores: list[list[float] | None] = [None] * len(seeds)
     self.picked: list[int | None] = [None] * len(seeds)
+    self.head_actions: list[tuple[schema.Action, schema.Action] | None] = [None] * len(seeds)
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     batch, r = self._batch, self.replicas
     if len(histories) != batch:
       raise ValueError(f"CALMPlanner.respond: {len(histories)} histories for {batch} rows (reset)")
+    replies = self._plan(histories)
+    return self._act_from_head(replies) if self.act == "head" else replies
+
+  def _plan(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    batch, r = self._batch, self.replicas
     replies_R = self.party.respond([h for h in histories for _ in range(r)])
     self._turn += 1
     self.candidates, self.scores, self.picked = [None] * batch, [None] * batch, [None] * batch
@@ -265,6 +298,39 @@ class CALMPlanner:
       self.scores[b], self.picked[b] = by_candidate_N.tolist(), j
       replies[b] = replies_R[b * r + j * m]
     self._sync(picks)
+    return replies
+
+  def _act_from_head(self, replies: list[str | None]) -> list[str | None]:
+    """`replies` with each parsed action block's status and flight the head's (module
+    docstring). Every row is read, acting or not, so the shapes are the batch's."""
+    party, tok, r = self.party, self.party.tokenizer, self.replicas
+    self.head_actions = [None] * self._batch
+    said: dict[int, schema.Action] = {}
+    position_B = np.full(self._batch, -1, np.int32)
+    for b, text in enumerate(replies):
+      ids = party.generated_ids[b * r][-1] if text is not None else []
+      if self._open_marker not in ids:
+        continue
+      try:
+        said[b] = action_grammar.parse_action(text)
+      except action_grammar.ActionParseError:
+        continue
+      position_B[b] = len(party.token_ids[b * r]) - len(ids) + ids.index(self._open_marker)
+    if not said:
+      return replies
+    rows = [party.token_ids[b * r] for b in range(self._batch)]
+    tokens_BxT, mask_BxT = padded(
+        rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
+    logits_BxA = decision_logits(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
+                                 tokens_BxT, mask_BxT, position_B)
+    class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
+    replies = list(replies)
+    for b, action in said.items():
+      chosen = actions.class_action(int(class_B[b]), name=action.name)
+      replies[b] = action_grammar.replace_action(replies[b], chosen)
+      self.head_actions[b] = (action, chosen)
+      for i in range(b * r, (b + 1) * r):  # The party checks the next history against it.
+        party._last[i] = replies[b]
     return replies
 
   def _sync(self, src_R: np.ndarray) -> None:
@@ -361,11 +427,11 @@ def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
   match = _SPEC_RE.match(spec)
   if match is None:
     raise ValueError(f"party spec {spec!r}: expected "
-                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D:]PATH")
+                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH")
   options = simulators.parse_options(
       spec, match["options"] or "",
       {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
-       "margin": float}, "CALM")
+       "margin": float, "act": str}, "CALM")
   return options, match["inner"]
 
 

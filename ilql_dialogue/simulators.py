@@ -32,7 +32,7 @@ party decodes the whole batch in one call. Spec strings (`make_party`):
                             latest), or the one saved at STEP, as an LMParty
     vs:[k=K,pick=RULE,t=T:]PATH   its LMParty answering with one of K candidates
                             (Verbalized Sampling, cotraining/verbalized_sampling.py)
-    calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D:]PATH   a CALM agent planning over
+    calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH   a CALM agent planning over
                             N candidates x M imagined continuations of H utterances
                             (calm/planning.py)
     vs_llm:k=K,base_url=URL,model=NAME[,...]   an LLM behind an OpenAI-compatible

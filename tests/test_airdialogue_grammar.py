@@ -70,3 +70,13 @@ def test_parse_errors_say_why(text, reason):
 def test_format_rejects_what_cannot_round_trip(action):
   with pytest.raises(ValueError):
     action_grammar.format_action(action)
+
+
+@given(_ACTIONS, _ACTIONS, _NO_BRACKET_TEXT)
+def test_replace_action_swaps_only_the_block(first, second, before):
+  text = before + action_grammar.format_action(first) + " Bye."
+  replaced = action_grammar.replace_action(text, second)
+  assert action_grammar.parse_action(replaced) == second
+  assert action_grammar.strip_action(replaced) == action_grammar.strip_action(text)
+  with pytest.raises(ValueError, match="no"):
+    action_grammar.replace_action(before, second)

@@ -3,6 +3,7 @@ planner says the candidate its continuations score best, plays whole dialogues w
 rollouts in batched calls without recompiling per turn, and its spec parses."""
 
 import os
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 from flax import nnx
 
 import test_calm_model as toy
-from calm import model as calm_model, planning
+from calm import actions, model as calm_model, planning
+from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.tokenization import load_tokenizer
 from experiments import pipeline_lib
 from experiments.configs import quickstart
@@ -108,6 +110,52 @@ def test_a_sampled_candidate_must_beat_the_greedy_one_by_the_margin(tokenizer, m
 def test_a_margin_needs_the_greedy_candidate(tokenizer):
   with pytest.raises(ValueError, match="greedy=1"):
     planning.CALMPlanner(untrained_party(tokenizer), n=3, m=1, greedy=0, margin=0.1)
+  with pytest.raises(ValueError, match="CALM action 'model'"):
+    planning.CALMPlanner(untrained_party(tokenizer), act="model")
+
+
+def saying(party, text):
+  """`party` replying `text` in every row, its records kept as LMParty.respond keeps them."""
+  tok = party.tokenizer
+
+  def respond(self, histories):
+    ids = tok.encode(text) + [tok.eot_id]
+    for b, history in enumerate(histories):
+      self.generated_ids[b].append(ids)
+      self.token_ids[b] += [tok.speaker_token_ids[self.role], *ids]
+      self._last[b], self._seen[b] = text, len(history) + 1
+    return [text] * len(histories)
+
+  party.respond = types.MethodType(respond, party)
+  return party
+
+
+def test_head_action_takes_status_and_flight_from_the_head_and_the_name_from_the_lm(tokenizer):
+  text = "Done. [action] status=book flight=1003 name= Ann Lee [/action]"
+  planner = planning.CALMPlanner(saying(untrained_party(tokenizer), text), act="head")
+  results = _play(planner, max_turns=2)
+  party, model = planner.party, planner.party.decoder
+  for b, result in enumerate(results):
+    ids = party.token_ids[b]  # The head read again here on the training path, at the marker.
+    position = len(ids) - 1 - ids[::-1].index(party.tokenizer.marker_ids["[action]"])
+    tokens = jnp.asarray([ids])
+    hidden, _ = model(tokens, jnp.arange(len(ids))[None], jnp.ones_like(tokens, bool),
+                      prefix_BxPxD=model.embed_prefix(jnp.asarray(party.prefix_fields_BxPxF[b:b + 1])))
+    head_class = int(jnp.argmax(model.action_logits(hidden[:, position])))
+    chosen = actions.class_action(head_class, name="Ann Lee")
+    said = result.turns[-1].text
+    assert said == "Done. " + action_grammar.format_action(chosen)
+    assert result.action == chosen
+    assert planner.head_actions[b] == (schema.Action("book", "Ann Lee", (1003,)), chosen)
+
+
+@pytest.mark.parametrize("text", ["Let me check that for you.",
+                                  "Done. [action] status=book flight=soon name= Ann Lee [/action]"])
+def test_head_action_leaves_turns_without_a_parsed_block_as_written(tokenizer, text):
+  planner = planning.CALMPlanner(saying(untrained_party(tokenizer), text), act="head")
+  for result in _play(planner, max_turns=2):
+    assert [t.text for t in result.turns if t.speaker == simulators.AGENT] == [text]
+  assert planner.head_actions == [None, None]
 
 
 def test_planning_plays_dialogues_without_recompiling_per_turn(tokenizer):
@@ -148,6 +196,8 @@ def test_spec_options_and_errors():
   assert planning.parse_spec("calm:/runs/calm") == ({}, "/runs/calm")
   assert planning.parse_spec("calm:greedy=0:/runs/calm") == ({"greedy": 0}, "/runs/calm")
   assert planning.parse_spec("calm:margin=0.1:/runs/calm") == ({"margin": 0.1}, "/runs/calm")
+  assert planning.parse_spec("calm:n=1,act=head:/runs/calm") == ({"n": 1, "act": "head"},
+                                                                  "/runs/calm")
   with pytest.raises(ValueError, match="unknown CALM option 'k'"):
     planning.parse_spec("calm:k=4:/runs/calm")
   with pytest.raises(ValueError, match="is not a int"):

@@ -56,6 +56,13 @@ def strip_action(text: str) -> str:
   return " ".join(_BLOCK_RE.sub(" ", text).split())
 
 
+def replace_action(text: str, action: schema.Action) -> str:
+  """`text` with its first action block replaced by `action`'s (ValueError if it has none)."""
+  if _BLOCK_RE.search(text) is None:
+    raise ValueError(f"no '{OPEN_TAG} ... {CLOSE_TAG}' block in {text!r}")
+  return _BLOCK_RE.sub(lambda _: format_action(action), text, count=1)
+
+
 def parse_action(text: str) -> schema.Action:
   """The Action in the single action block of `text`; ActionParseError otherwise."""
   blocks = _BLOCK_RE.findall(text)

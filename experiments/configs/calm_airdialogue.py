@@ -53,6 +53,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       temperature=1.0,  # Sampling of candidates and imagined turns.
       greedy_candidate=1,  # Candidate 0 is the greedy reply: planning never lacks it.
       margin=0.0,  # How much a sampled candidate must outscore the greedy one to replace it.
+      action="lm",  # "lm" | "head": who picks the closing block's status and flight.
   ))
 
 
