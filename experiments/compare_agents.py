@@ -65,6 +65,11 @@ def pooled(summaries: Sequence[dict[str, Any]]) -> dict[str, float]:
       out[field] = sum(s[field] * s["n"] for s in summaries) / n
   if all("unparsable_actions" in s for s in summaries):
     out["unparsable_rate"] = sum(s["unparsable_actions"] for s in summaries) / n
+  if all("booking_n" in s for s in summaries):  # Summaries written before it lack it.
+    booking_n = sum(s["booking_n"] for s in summaries)
+    out["booking_n"] = booking_n
+    out["booking_success"] = (sum((s["booking_success"] or 0.0) * s["booking_n"]
+                                  for s in summaries) / booking_n if booking_n else None)
   return out
 
 
@@ -174,13 +179,16 @@ def to_markdown(rows: Sequence[dict[str, Any]], customers: Sequence[str]) -> str
     lines.append(f"| {r['agent']}{mark} | {beta(r['beta'])} | " + " | ".join(
         cell(r["per_customer"].get(c)) for c in customers) + f" | {pooled_cell(r['pooled'])} |")
   lines += ["", "| agent | beta | status acc. | flight acc. | name acc. | unparsable action "
-            "| turns |", "|---|---|---|---|---|---|---|"]
+            "| turns | booking success |", "|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if "status_acc" in r["pooled"]:
       p = r["pooled"]
+      booking = p.get("booking_success")
       lines.append(f"| {r['agent']}{'' if r['selected'] else ' (sweep)'} | {beta(r['beta'])} | "
                    f"{p['status_acc']:.3f} | {p['flight_acc']:.3f} | {p['name_acc']:.3f} | "
-                   f"{p['unparsable_rate']:.3f} | {p['mean_turns']:.1f} |")
+                   f"{p['unparsable_rate']:.3f} | {p['mean_turns']:.1f} | "
+                   + ("–" if booking is None else f"{booking:.3f} (n = {p['booking_n']})")
+                   + " |")
   return "\n".join(lines) + "\n"
 
 

@@ -224,7 +224,8 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
     summary = json.load(f)
   row = {"agent": agent, "customer": customer, "beta": beta,
          **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
-                                    "end_reasons")}}
+                                    "end_reasons")},
+         **{k: summary.get(k) for k in ("booking_success", "booking_n")}}
   if run_name(customer) in config.runs:  # Does the learned simulator say what its intent says?
     fidelity = customer_fidelity.fidelity(
         customer_fidelity.read_transcripts(summary["transcripts"]))
@@ -334,10 +335,13 @@ def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 
 def format_table(evaluation: list[dict[str, Any]]) -> str:
-  lines = ["| agent | customer | beta | n | success | turns |", "|---|---|---|---|---|---|"]
+  lines = ["| agent | customer | beta | n | success | turns | booking success |",
+           "|---|---|---|---|---|---|---|"]
   for r in evaluation:
+    booking = r.get("booking_success")
     lines.append(f"| {r['agent']} | {r['customer']} | {r['beta']:g} | {r['n']} | "
-                 f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | {r['mean_turns']:.1f} |")
+                 f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | {r['mean_turns']:.1f} | "
+                 + ("–" if booking is None else f"{booking:.3f} of {r['booking_n']}") + " |")
   return "\n".join(lines)
 
 

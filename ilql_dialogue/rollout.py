@@ -213,16 +213,33 @@ def run_dialogues(agent: Party, customer: Party, scenarios: Sequence[Scenario], 
       bar.update(len(chunk))
 
 
+BOOKING_STATUSES = ("book", "change")  # Expected actions that name a flight.
+
+
 def summarize(results: Sequence[DialogueResult]) -> dict[str, Any]:
-  """Success rate with its standard error sqrt(p (1 - p) / n), field accuracies, turns, endings."""
+  """Success rate with its standard error sqrt(p (1 - p) / n), field accuracies, turns, endings,
+  and success split by the expected action's status.
+
+  `booking_success` is the success over the dialogues whose expected action books or changes
+  a flight (`booking_n` of them; None without any): the part of the task that needs the table
+  searched. An agent that never finds a flight still scores on the cancel / no_flight /
+  no_reservation scenarios (about 0.45 of the generator's), so the success rate alone can hide
+  that it never books one (docs/RESULTS.md).
+  """
   n = len(results)
   if n == 0:
     raise ValueError("summarize: no dialogues")
   p = sum(r.success for r in results) / n
   fields = [r.field_correct() for r in results]
   reasons = {reason: 0 for reason in END_REASONS}
+  by_status: dict[str, list[int]] = {}
   for r in results:
     reasons[r.end_reason] += 1
+    counts = by_status.setdefault(r.expected_action.status, [0, 0])
+    counts[0] += r.success
+    counts[1] += 1
+  booked, booking_n = (sum(by_status.get(s, (0, 0))[i] for s in BOOKING_STATUSES)
+                       for i in (0, 1))
   return {
       "n": n,
       "success_rate": p,
@@ -234,4 +251,8 @@ def summarize(results: Sequence[DialogueResult]) -> dict[str, Any]:
       "end_reasons": reasons,
       "unparsable_actions": reasons["unparsable_action"],
       "customer_action_blocks": sum(r.customer_action_blocks for r in results),
+      "success_by_expected_status": {k: {"success": v[0], "n": v[1]}
+                                     for k, v in sorted(by_status.items())},
+      "booking_success": booked / booking_n if booking_n else None,
+      "booking_n": booking_n,
   }

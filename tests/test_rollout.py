@@ -1,5 +1,6 @@
 """Batched rollouts: scoring and turn accounting, endings, party specs, role enforcement."""
 
+import dataclasses
 import functools
 import logging
 
@@ -10,7 +11,8 @@ import pytest
 from flax import nnx, struct
 
 from data_pipelines import tokenization
-from data_pipelines.airdialogue import action_grammar, agents, customers, selfplay, to_dialogue
+from data_pipelines.airdialogue import (action_grammar, agents, customers, schema, selfplay,
+                                        to_dialogue)
 from data_pipelines.dialogue import Turn
 from ilql_dialogue import bc, rollout, simulators
 from ilql_dialogue.generation import sampler
@@ -404,3 +406,22 @@ def test_lm_party_rejects_a_history_it_did_not_write():
   edited = [history + [Turn("agent", r + " (edited)"), Turn("customer", "Ok.")] for r in replies]
   with pytest.raises(ValueError, match="row 0: the history does not continue"):
     party.respond(edited)
+
+
+def test_booking_success_sees_an_agent_that_never_finds_a_flight():
+  """An agent that answers no_flight to everyone scores on the scenarios without a flight
+  and on none of the bookings: success > 0, booking success 0."""
+  scenes = scenarios(n=40)
+  oracle = play(simulators.ScriptedAgent("oracle"), simulators.ScriptedCustomer("volunteer"),
+                scenes)
+  summary = rollout.summarize(oracle)
+  by_status = summary["success_by_expected_status"]
+  assert sum(v["n"] for v in by_status.values()) == len(scenes)
+  assert summary["booking_success"] == 1.0
+  assert summary["booking_n"] == sum(by_status.get(s, {"n": 0})["n"] for s in ("book", "change"))
+  assert 0 < summary["booking_n"] < len(scenes)
+  shortcut = [dataclasses.replace(r, action=schema.Action("no_flight", r.action.name))
+              for r in oracle]
+  summary = rollout.summarize(shortcut)
+  assert summary["success_rate"] == by_status["no_flight"]["n"] / len(scenes) > 0
+  assert summary["booking_success"] == 0.0
