@@ -74,9 +74,7 @@ def class_sets(action_json: Any) -> tuple[int, int]:
         action_json["status"], action_json.get("name", ""), tuple(action_json["flight"])))
   except (KeyError, ValueError):
     return 0, 0
-  lo = sum(1 << c for c in classes if c < calm_model.BITS)
-  hi = sum(1 << (c - calm_model.BITS) for c in classes if c >= calm_model.BITS)
-  return lo, hi
+  return calm_model.class_bits(classes)
 
 
 def _write_split(source_root: str, out_root: str, split: str, relabel: bool, seed: int

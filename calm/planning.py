@@ -171,7 +171,8 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
   logp0_RxS, _ = read(0, caches[1])
   log_odds_R = jnp.sum(jnp.where(suffix_mask_RxS, logp1_RxS - logp0_RxS, 0.0), axis=1)
   hidden_RxD, has_block_R = calm_model.decision_hidden(hidden_RxSxD, action_position_R)
-  probs_RxA = jax.nn.softmax(model.action_logits(hidden_RxD), axis=-1)
+  probs_RxA = jax.nn.softmax(
+      model.action_logits(hidden_RxD, jnp.repeat(fields_BxPxF, replicas, axis=0)), axis=-1)
   chosen_R = jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0]
   head_R = jnp.where(has_block_R & (action_class_R >= 0), chosen_R, 0.0)
   return log_odds_R, head_R
@@ -186,7 +187,7 @@ def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens
   hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                           prefix_BxPxD=prefix_BxPxD)
   hidden_BxD, _ = calm_model.decision_hidden(hidden_BxTxD, position_B)
-  return model.action_logits(hidden_BxD)
+  return model.action_logits(hidden_BxD, fields_BxPxF)
 
 
 def scoring_length(longest: int, max_len: int) -> int:

@@ -186,6 +186,9 @@ def run(config: ml_collections.ConfigDict, workdir: str):
       train_data, eval_fn = launch.rollout_source(config, algorithm, task, workdir), None
     else:
       train_data = tasks.train_data(task, config)
+      if config.get("calm_data") is not None:  # CALM's task-pretraining scenes, when asked.
+        from calm import scenes
+        train_data = scenes.with_scenes(train_data, config, task.tokenizer)
       eval_fn = train_loop.loss_evaluator(algorithm, tasks.eval_batches(task, config))
     for extra in (online_eval(task, config), skill_probes.probe_fn(config)):
       if extra is not None:  # Both decode from the host: per process on a whole replica.

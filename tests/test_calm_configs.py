@@ -126,3 +126,19 @@ def test_a_calm_run_is_an_init_from_source_of_its_lm_only(calm_run):
   assert weights.keys() == expected.keys() and all(k.startswith(("trunk.", "prefix."))
                                                    for k in weights)
   assert all((weights[k] == expected[k]).all() for k in weights)
+
+
+def test_a_state_head_run_mixes_scenes_into_the_corpus_and_tracks_the_intent(root, tmp_path):
+  """`calm_data.scene_every=2`: steps 1 and 3 read generator scenes (their rows carry the
+  intent's codes, so the tracking loss is logged), steps 0 and 2 the corpus."""
+  config = tiny(load("calm_airdialogue_quick"), root)
+  config.algorithm.head = "state"
+  config.calm_data.scene_every = 2
+  config.train.update(steps=4, checkpoint_every=4)
+  data.prepare_for(config)
+  train_lib.run(config, str(tmp_path))
+  with open(tmp_path / "metrics.jsonl") as f:
+    train = [r for r in map(json.loads, f) if r["split"] == "train"]
+  tracked = [r["step"] for r in train if "state/loss" in r]
+  assert [r["step"] for r in train] == [1, 2, 3, 4] and tracked == [2, 4]
+  assert all(r["action_head/rows"] > 0 for r in train if r["step"] in tracked)

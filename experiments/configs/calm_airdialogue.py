@@ -32,12 +32,15 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
   c.algorithm = ml_collections.ConfigDict(dict(
       name="calm",
       action_head_weight=1.0,  # 0 = the ablation without the auxiliary head.
-      head_hidden_dim=0,  # 0 = a linear head over the 63 final actions.
+      head="linear",  # "linear" | "table" (points at rows) | "state" (calm/state.py).
+      state_weight=1.0,  # The state head's tracking loss, on batches with the intent's codes.
+      head_hidden_dim=0,  # Linear head: 0 = no hidden layer; table head: 0 = twice d_model.
   ))
   c.calm_data = ml_collections.ConfigDict(dict(
       source_root="runs/quickstart",  # The pipeline's workdir: official corpora, tokenizer.
       relabel=True,  # Relabel the training split (calm.relabel); False = the ablation.
       seed=0,  # Relabeling seed.
+      scene_every=0,  # Every K-th batch generator scenes with head targets (calm/scenes.py).
   ))
   # Follows calm_data; calm/data.py:prepared_root computes the same path.
   c.task.root = (c.calm_data.get_ref("source_root") + "/calm/relabel="

@@ -1,0 +1,182 @@
+"""CALM's state head: the customer's intent tracked from the dialogue, the expected action solved
+under it.
+
+The 63-way action head (calm/model.py) has to learn, from a state vector, the
+rule that picks "the cheapest flight meeting every constraint the customer
+stated" out of 30 table rows. Measured (docs/RESULTS.md): neither a linear
+head nor an MLP pointing at rows learns it at the quick model's size; every
+agent's success comes from the flightless outcomes. The state head splits the
+decision where AirDialogue's systems with a knowledge base split it (e.g.
+AirConcierge's SQL state tracking):
+
+  tracking  one softmax per intent field (goal, airports, dates, price limit,
+            connections, times of day, class, airline cost) read from the
+            state at the `[action]` marker: what the dialogue has told the
+            agent. The only learned part; trained by the action's
+            cross-entropy through the solver below and, with
+            `state_weight`, by each field's own cross-entropy.
+  solving   the official rules (data_pipelines/airdialogue/solver.py) applied
+            to the whole posterior at once: a row is valid with probability
+            prod_f P(field f accepts the row) (fields independent), the
+            expected flight is the valid row with no cheaper valid row,
+            no_flight has prod_r P(row r invalid), and the goal and the
+            table's reservation row give book / change / cancel /
+            no_reservation. With a one-hot posterior the argmax is the
+            solver's expected action (tested on generated scenes); its log
+            probabilities are the head's 63 logits.
+
+So what the head cannot get wrong is the search; what it can get wrong is
+what the customer said, which is the dialogue's half of the task.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from calm import actions
+from data_pipelines.airdialogue import context as context_lib, schema
+from ilql_dialogue.models.layers import normal, param, zeros
+from ilql_dialogue.tasks import airdialogue
+
+FIELD = airdialogue.FIELD
+NEG = -1e4  # log(0) that keeps sums and gradients finite.
+# Tracked fields and their number of values. Codes follow the table's (tasks/airdialogue.py:
+# value index + 1) where the table has the field; 0 is "no constraint" for the optional ones.
+TRACKED = (
+    ("goal", len(schema.GOALS)),  # Index into GOALS.
+    ("departure_airport", len(context_lib.AIRPORTS) + 1),
+    ("return_airport", len(context_lib.AIRPORTS) + 1),
+    ("departure_month", len(schema.MONTHS) + 1),
+    ("departure_day", airdialogue.DAYS + 1),
+    ("return_month", len(schema.MONTHS) + 1),
+    ("return_day", airdialogue.DAYS + 1),
+    ("max_price", len(schema.MAX_PRICES)),  # Index into MAX_PRICES.
+    ("max_connections", len(schema.CONNECTION_LIMITS) + 1),
+    ("departure_time", len(schema.TIMES_OF_DAY) + 1),
+    ("return_time", len(schema.TIMES_OF_DAY) + 1),
+    ("flight_class", len(schema.CLASSES) + 1),
+    ("airline_preference", 3),  # 0 none, 1 normal-cost, 2 low-cost.
+)
+TRACKED_NAMES = tuple(name for name, _ in TRACKED)
+COST_CLASSES = ("normal-cost", "low-cost")
+
+
+def _code(value, vocabulary: Sequence) -> int:
+  return 0 if value is None else list(vocabulary).index(value) + 1
+
+
+def intent_codes(intent: schema.Intent) -> np.ndarray:
+  """int32 [len(TRACKED)]: the codes of `intent` the tracking heads are trained to read."""
+  return np.asarray([
+      schema.GOALS.index(intent.goal),
+      _code(intent.departure_airport, context_lib.AIRPORTS),
+      _code(intent.return_airport, context_lib.AIRPORTS),
+      _code(intent.departure_month, schema.MONTHS),
+      int(intent.departure_day),
+      _code(intent.return_month, schema.MONTHS),
+      int(intent.return_day),
+      schema.MAX_PRICES.index(intent.max_price),
+      _code(intent.max_connections, schema.CONNECTION_LIMITS),
+      _code(intent.departure_time, schema.TIMES_OF_DAY),
+      _code(intent.return_time, schema.TIMES_OF_DAY),
+      _code(intent.flight_class, schema.CLASSES),
+      _code(intent.airline_preference, COST_CLASSES),
+  ], np.int32)
+
+
+def _log_any(log_p_BxV: jax.Array, accepts_BxPxV: jax.Array) -> jax.Array:
+  """log P(the tracked value accepts the row): logsumexp of the accepting values, per row."""
+  return jnp.maximum(jax.nn.logsumexp(jnp.where(accepts_BxPxV, log_p_BxV[:, None], -jnp.inf),
+                                      axis=-1), NEG)
+
+
+def _gather(log_p_BxV: jax.Array, code_BxP: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(log_p_BxV, code_BxP, axis=1)
+
+
+def solve(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> jax.Array:
+  """logits_BxA (log probabilities of the 63 actions) of the official rules under independent
+  tracked posteriors `log_p` (one [B, V] per TRACKED field, log-normalized)."""
+  p = dict(zip(TRACKED_NAMES, log_p))
+  f = lambda name: fields_BxPxF[..., FIELD[name]]
+  is_flight_BxP = f("row_type") == airdialogue.ROW_FLIGHT
+  ok = [_gather(p[name], f(name)) for name in (
+      "departure_airport", "return_airport", "departure_month", "departure_day",
+      "return_month", "return_day")]
+  price_BxP = (f("price_bucket") - 1) * airdialogue.PRICE_STEP
+  ok.append(_log_any(p["max_price"], price_BxP[..., None] <= jnp.asarray(schema.MAX_PRICES)))
+  limits_V = jnp.asarray((10**9,) + schema.CONNECTION_LIMITS)  # Code 0: any number.
+  ok.append(_log_any(p["max_connections"], (f("connections") - 1)[..., None] <= limits_V))
+  for leg in ("departure", "return"):  # Code 0 (no preference) or the row's own time of day.
+    ok.append(jnp.logaddexp(p[f"{leg}_time"][:, :1], _gather(p[f"{leg}_time"],
+                                                              f(f"{leg}_time_of_day"))))
+  ok.append(jnp.logaddexp(p["flight_class"][:, :1], _gather(p["flight_class"], f("class"))))
+  cost_BxP = jnp.where(f("airline") <= len(schema.NORMAL_COST_AIRLINES), 1, 2)
+  ok.append(jnp.logaddexp(p["airline_preference"][:, :1], _gather(p["airline_preference"],
+                                                                  cost_BxP)))
+  log_valid_BxP = jnp.where(is_flight_BxP, jnp.maximum(sum(ok), NEG), NEG)
+  log_invalid_BxP = jnp.log(-jnp.expm1(jnp.minimum(log_valid_BxP, -1e-6)))
+  # Row r is the pick when valid and no strictly cheaper flight row is.
+  cheaper_BxPxP = (price_BxP[:, None, :] < price_BxP[:, :, None]) & is_flight_BxP[:, None, :]
+  log_pick_BxP = log_valid_BxP + jnp.einsum("bqr,br->bq", cheaper_BxPxP.astype(jnp.float32),
+                                            log_invalid_BxP)
+  log_none_B = jnp.sum(jnp.where(is_flight_BxP, log_invalid_BxP, 0.0), axis=1)
+  slot_BxP = jnp.where(is_flight_BxP, f("flight_slot"), 0)
+  holds_BxPxN = slot_BxP[..., None] == jnp.arange(1, actions.NUM_FLIGHTS + 1)
+  log_flight_BxN = jnp.max(jnp.where(holds_BxPxN, log_pick_BxP[..., None], NEG), axis=1)
+  has_reservation_B = fields_BxPxF[:, -1, FIELD["flight_slot"]] > 0
+  reserved_B = jnp.where(has_reservation_B, 0.0, NEG)
+  unreserved_B = jnp.where(has_reservation_B, NEG, 0.0)
+  book_B, change_B, cancel_B = (p["goal"][:, schema.GOALS.index(g)] for g in schema.GOALS)
+  searching_B = jnp.logaddexp(book_B, change_B + reserved_B)  # Goals that look for a flight.
+  return jnp.concatenate([
+      book_B[:, None] + log_flight_BxN,
+      (change_B + reserved_B)[:, None] + log_flight_BxN,
+      (cancel_B + reserved_B)[:, None],
+      (searching_B + log_none_B)[:, None],
+      (jnp.logaddexp(change_B, cancel_B) + unreserved_B)[:, None],
+  ], axis=1)
+
+
+class StateHead(nnx.Module):
+  """Tracking heads on the decision state, then `solve` (module docstring)."""
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs):
+    self.dtype = cfg.compute_dtype
+    self.sizes = tuple(size for _, size in TRACKED)
+    self.kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, sum(self.sizes)),
+                        ("embed", None), cfg.weight_dtype)
+    self.bias = param(rngs, zeros, (sum(self.sizes),), (None,), cfg.weight_dtype)
+
+  def tracked(self, hidden_BxD: jax.Array) -> list[jax.Array]:
+    """One log-normalized [B, V] posterior per TRACKED field."""
+    logits = jnp.einsum("bd,dv->bv", hidden_BxD.astype(self.dtype),
+                        self.kernel[...].astype(self.dtype),
+                        preferred_element_type=jnp.float32) + self.bias[...].astype(jnp.float32)
+    splits = np.cumsum(self.sizes)[:-1].tolist()
+    return [jax.nn.log_softmax(x, axis=-1) for x in jnp.split(logits, splits, axis=-1)]
+
+  def __call__(self, hidden_BxD: jax.Array, fields_BxPxF: jax.Array) -> jax.Array:
+    return solve(self.tracked(hidden_BxD), fields_BxPxF)
+
+
+def tracking_loss(log_p: Sequence[jax.Array], codes_BxK: jax.Array, valid_B: jax.Array
+                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Mean over fields and valid rows of -log P(true code); per-field argmax accuracy."""
+  weights_B = valid_B.astype(jnp.float32)
+  count = jnp.maximum(weights_B.sum(), 1.0)
+  losses, metrics = [], {}
+  for k, (name, log_p_BxV) in enumerate(zip(TRACKED_NAMES, log_p)):
+    code_B = codes_BxK[:, k]
+    losses.append(-(jnp.take_along_axis(log_p_BxV, code_B[:, None], axis=1)[:, 0]
+                    * weights_B).sum() / count)
+    metrics[f"state/{name}"] = ((jnp.argmax(log_p_BxV, axis=-1) == code_B) * weights_B
+                                ).sum() / count
+  loss = sum(losses) / len(losses)
+  metrics["state/loss"] = loss
+  return loss, metrics
