@@ -19,11 +19,10 @@ dialogue tokens) plus two small pieces:
                 submitted action, which under relabeling is always the
                 expected one, and could not judge an imagined rollout
                 (calm/planning.py). `head="linear"` (models/heads.Head) maps
-                the state to the 63 logits; `head="table"` (TableActionHead)
-                scores booking or changing to a flight by comparing the state
-                with that flight's row of the table, so choosing "the cheapest
-                flight that meets what the customer said" is one comparison
-                per row instead of 60 fixed directions in the state.
+                the state to the 63 logits; `head="state"` (calm/state.py)
+                tracks the customer's intent from it and solves the official
+                rules under what it tracked, so the head cannot get the table
+                search wrong, only what the customer said.
 
 The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens: the
 LM is the policy on agent turns and the dynamics model on customer turns.
@@ -57,7 +56,7 @@ from data_pipelines import mdp
 from ilql_dialogue import bc
 from ilql_dialogue.algorithm import Batch, Metrics
 from ilql_dialogue.models.heads import Head
-from ilql_dialogue.models.layers import normal, param, zeros
+from ilql_dialogue.models.layers import normal, param
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 from ilql_dialogue.tasks import airdialogue
 
@@ -68,54 +67,8 @@ BITS = 32
 NUM_REWARDS = 2  # Reward token values: 0 (failure), 1 (success).
 
 
-HEADS = ("linear", "table", "state")
+HEADS = ("linear", "state")
 INTENT = "intent_codes"  # [B, len(state.TRACKED)] int32: the intent the state head tracks.
-_ABSENT = -1e9  # The logit of booking a flight the table does not hold.
-
-
-class TableActionHead(nnx.Module):
-  """The 63 actions by pointing at table rows (a pointer network over the flights).
-
-  Book / change flight f: v_s . relu(W_h h + W_r row_f + b) for the row that holds f,
-  row_f its prefix embedding RMS-normalized; a flight no row holds gets _ABSENT.
-  Cancel, no_flight and no_reservation: a linear map of the state h. The
-  hidden layer can test each constraint the state carries against the row's
-  field (airports, dates, price, ...) and add the tests up, and its output
-  can fold the price in, which a fixed direction per flight slot cannot: the
-  cheapest row that passes wins wherever it sits in the table.
-  """
-
-  def __init__(self, cfg, *, rngs: nnx.Rngs, hidden_dim: int):
-    d, pd = cfg.d_model, cfg.weight_dtype
-    self.dtype = cfg.compute_dtype
-    init = normal(cfg.init_std)
-    self.state_kernel = param(rngs, init, (d, hidden_dim), ("embed", "head_hidden"), pd)
-    self.row_kernel = param(rngs, init, (d, hidden_dim), ("embed", "head_hidden"), pd)
-    self.hidden_bias = param(rngs, zeros, (hidden_dim,), ("head_hidden",), pd)
-    self.flight_kernel = param(rngs, init, (hidden_dim, len(actions.FLIGHT_STATUSES)),
-                               ("head_hidden", None), pd)
-    self.flight_bias = param(rngs, zeros, (len(actions.FLIGHT_STATUSES),), (None,), pd)
-    self.flightless = Head(cfg, len(actions.FLIGHTLESS_STATUSES), rngs=rngs)
-
-  def __call__(self, hidden_BxD: jax.Array, rows_BxPxD: jax.Array, fields_BxPxF: jax.Array
-               ) -> jax.Array:
-    dt = self.dtype
-    rows_BxPxD = rows_BxPxD.astype(jnp.float32)
-    rows_BxPxD = rows_BxPxD * jax.lax.rsqrt(jnp.mean(rows_BxPxD ** 2, -1, keepdims=True) + 1e-6)
-    z_BxPxH = jax.nn.relu(
-        (hidden_BxD.astype(dt) @ self.state_kernel[...].astype(dt))[:, None]
-        + rows_BxPxD.astype(dt) @ self.row_kernel[...].astype(dt)
-        + self.hidden_bias[...].astype(dt))
-    score_BxPxS = jnp.einsum("bph,hs->bps", z_BxPxH, self.flight_kernel[...].astype(dt),
-                             preferred_element_type=jnp.float32) + self.flight_bias[...]
-    slot_BxP = jnp.where(fields_BxPxF[..., airdialogue.FIELD["row_type"]] == airdialogue.ROW_FLIGHT,
-                         fields_BxPxF[..., airdialogue.FIELD["flight_slot"]], 0)
-    holds_BxPxN = slot_BxP[..., None] == jnp.arange(1, actions.NUM_FLIGHTS + 1)
-    flight_BxSxN = jnp.einsum("bps,bpn->bsn", score_BxPxS, holds_BxPxN.astype(jnp.float32))
-    flight_BxSxN = jnp.where(holds_BxPxN.any(axis=1)[:, None], flight_BxSxN, _ABSENT)
-    batch = hidden_BxD.shape[0]
-    return jnp.concatenate([flight_BxSxN.reshape(batch, -1),
-                            self.flightless(hidden_BxD[:, None])[:, 0]], axis=-1)
 
 
 class CALMModel(nnx.Module):
@@ -134,13 +87,9 @@ class CALMModel(nnx.Module):
     self.lm = bc.PrefixLM(cfg, rngs=rngs)
     self.reward_embed = param(rngs, normal(cfg.init_std), (NUM_REWARDS, cfg.d_model),
                               (None, "embed"), cfg.weight_dtype)
-    if head == "linear":
-      self.action_head = Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim)
-    elif head == "table":
-      self.action_head = TableActionHead(cfg, rngs=rngs,
-                                         hidden_dim=head_hidden_dim or 2 * cfg.d_model)
-    else:
-      self.action_head = state.StateHead(cfg, rngs=rngs)
+    self.action_head = (
+        Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim) if head == "linear"
+        else state.StateHead(cfg, rngs=rngs))
 
   def embed_prefix(self, fields_BxPxF: jax.Array, reward_B: jax.Array | None = None
                    ) -> jax.Array:
@@ -165,8 +114,6 @@ class CALMModel(nnx.Module):
   def action_logits(self, hidden_BxD: jax.Array, fields_BxPxF: jax.Array) -> jax.Array:
     """logits_BxA over the 63 final actions (calm/actions.py) from one state per row and the
     row's table (which the table head reads)."""
-    if isinstance(self.action_head, TableActionHead):
-      return self.action_head(hidden_BxD, self.lm.embed_prefix(fields_BxPxF), fields_BxPxF)
     if isinstance(self.action_head, state.StateHead):
       return self.action_head(hidden_BxD, fields_BxPxF)
     return self.action_head(hidden_BxD[:, None, :])[:, 0]
@@ -217,7 +164,7 @@ def decision_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> tuple[jax
 @dataclasses.dataclass(frozen=True)
 class CALM:
   """The CALM Algorithm (module docstring). `head` is "linear" (`head_hidden_dim` 0: no hidden
-  layer) or "table" (its hidden layer `head_hidden_dim`, 0: twice the model width)."""
+  layer) or "state" (with `state_weight` on its tracking loss where a batch has the intent)."""
 
   action_head_weight: float = 1.0
   head: str = "linear"

@@ -66,7 +66,8 @@ Score: `reward_token` (default) or `head`.
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
 
-Spec (`simulators.make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
+Spec (`simulators.make_party`):
+`calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 

@@ -139,9 +139,9 @@ def test_head_action_takes_status_and_flight_from_the_head_and_the_name_from_the
     ids = party.token_ids[b]  # The head read again here on the training path, at the marker.
     position = len(ids) - 1 - ids[::-1].index(party.tokenizer.marker_ids["[action]"])
     tokens = jnp.asarray([ids])
-    hidden, _ = model(tokens, jnp.arange(len(ids))[None], jnp.ones_like(tokens, bool),
-                      prefix_BxPxD=model.embed_prefix(jnp.asarray(party.prefix_fields_BxPxF[b:b + 1])))
     fields = jnp.asarray(party.prefix_fields_BxPxF[b:b + 1])
+    hidden, _ = model(tokens, jnp.arange(len(ids))[None], jnp.ones_like(tokens, bool),
+                      prefix_BxPxD=model.embed_prefix(fields))
     head_class = int(jnp.argmax(model.action_logits(hidden[:, position], fields)))
     chosen = actions.class_action(head_class, name="Ann Lee")
     said = result.turns[-1].text

@@ -61,7 +61,8 @@ def test_scenes_every_kth_batch_and_resume_exactly(tokenizer, monkeypatch, every
   kinds = ["scene" if "scene" in b else "corpus" for b in uninterrupted]
   assert kinds == ["scene" if s % every == every - 1 else "corpus" for s in range(12)]
   if every > 1:  # The corpus's batches in order, none skipped or repeated.
-    assert [b["corpus"] for b in uninterrupted if "corpus" in b] == list(range(kinds.count("corpus")))
+    corpus_steps = [b["corpus"] for b in uninterrupted if "corpus" in b]
+    assert corpus_steps == list(range(kinds.count("corpus")))
 
 
 def test_no_scenes_is_the_corpus_stream(tokenizer):

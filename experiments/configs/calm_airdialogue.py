@@ -32,9 +32,9 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
   c.algorithm = ml_collections.ConfigDict(dict(
       name="calm",
       action_head_weight=1.0,  # 0 = the ablation without the auxiliary head.
-      head="linear",  # "linear" | "table" (points at rows) | "state" (calm/state.py).
+      head="linear",  # "linear" | "state" (tracks the intent, solves the rules: calm/state.py).
       state_weight=1.0,  # The state head's tracking loss, on batches with the intent's codes.
-      head_hidden_dim=0,  # Linear head: 0 = no hidden layer; table head: 0 = twice d_model.
+      head_hidden_dim=0,  # The linear head's hidden layer; 0 = none.
   ))
   c.calm_data = ml_collections.ConfigDict(dict(
       source_root="runs/quickstart",  # The pipeline's workdir: official corpora, tokenizer.
