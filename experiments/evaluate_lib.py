@@ -145,7 +145,8 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
             "best_beta": chosen,
             "success_stderr": best["success_stderr"], "mean_turns": best["mean_turns"],
             **{k: best[k] for k in ("status_acc", "flight_acc", "name_acc")},
-            "booking_success": best["booking_success"] or 0.0,
+            **({} if best["booking_success"] is None  # No scenario asked for a flight.
+               else {"booking_success": best["booking_success"]}),
             **{f"return/beta={b:g}": s["success_rate"] for b, s in summaries.items()}}
 
   return eval_fn

@@ -1,30 +1,15 @@
 """CALM's scene batches carry the head's targets for the action their block writes, and mixing
 them into the corpus stream keeps a resumed run on the batches of an uninterrupted one."""
 
-import os
-
 import ml_collections
 import numpy as np
 import pytest
 
 from calm import actions, model as calm_model, scenes
 from data_pipelines.airdialogue import action_grammar
-from data_pipelines.tokenization import load_tokenizer
-from experiments import pipeline_lib
-from experiments.configs import quickstart
 from ilql_dialogue import bc
 from ilql_dialogue.tasks import airdialogue
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-  root = str(tmp_path_factory.mktemp("root"))
-  config = quickstart.get_config()
-  config.airdialogue.update(train_dialogues=8, eval_dialogues=2)
-  config.tokenizer.vocab_size = 400
-  paths = pipeline_lib.generate_airdialogue(config, root)
-  pipeline_lib.train_tokenizer(config, paths["train"], os.path.join(root, "tokenizer"))
-  return load_tokenizer(os.path.join(root, "tokenizer"))
+from test_calm_planning import tokenizer  # noqa: F401 (a fixture: tiny corpora's tokenizer)
 
 
 def test_scene_rows_target_the_action_their_block_writes(tokenizer):
