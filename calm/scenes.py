@@ -11,13 +11,21 @@ only from the corpus's few thousand.
 
 `config.calm_data.scene_every = K`: every K-th training batch is a batch of
 fresh scenes (step s with s % K == K - 1), the others the corpus's; K = 1
-trains on scenes alone, 0 never. Scene batches are a pure function of
+trains on scenes alone, 0 never.
+
+`config.calm_data.scene_table_swap = p`: that share of a scene batch's rows
+take the next row's table, their expected action solved again under it. The
+generator builds each table around its intent (many flights on the intent's
+dates), so a model can read the dates off the table instead of the
+customer's words, and does (docs/RESULTS.md); under a swapped table only the
+words say what the customer wants. Scene batches are a pure function of
 (seed, step, host) under their own stream tag, like the LM's stream, so a
 resumed run reads exactly the batches an uninterrupted one would.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Callable, Iterator, Sequence
 
@@ -27,7 +35,7 @@ import numpy as np
 
 from calm import actions, model as calm_model, state
 from data_pipelines import mdp
-from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
+from data_pipelines.airdialogue import action_grammar, selfplay, solver, to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue import bc
 from ilql_dialogue.tasks import airdialogue, airdialogue_lm
@@ -37,10 +45,18 @@ COLUMNS = ("input_ids", "attention_mask", "speaker_ids", "action_mask")
 
 
 def scene_batch(num_rows: int, entropy: Sequence[int], tokenizer: DialogueTokenizer,
-                max_length: int, kb_size: int) -> dict[str, np.ndarray]:
-  """`num_rows` fresh scenes as a CALM batch (module docstring), a pure function of `entropy`."""
+                max_length: int, kb_size: int, table_swap: float = 0.0) -> dict[str, np.ndarray]:
+  """`num_rows` fresh scenes as a CALM batch (module docstring), a pure function of `entropy`;
+  a `table_swap` share of them under the next row's table."""
   samples = list(selfplay.generate_samples([*entropy, 0], num_rows, kb_size))
   rng = np.random.default_rng([*entropy, 1])
+  swapped_B = np.random.default_rng([*entropy, 2]).random(num_rows) < table_swap
+  tables = [s.table for s in samples]
+  for b in np.flatnonzero(swapped_B):
+    table = tables[(b + 1) % num_rows]
+    samples[b] = dataclasses.replace(samples[b], table=table,
+                                     expected_action=solver.expected_action(samples[b].intent,
+                                                                            table))
   marker = tokenizer.marker_ids[action_grammar.OPEN_TAG]
   rows = []
   for i, sample in enumerate(samples):
@@ -85,7 +101,8 @@ def with_scenes(corpus: Callable[[int], Iterator[dict[str, np.ndarray]]],
     for step in itertools.count(start):
       if step % every == every - 1:
         yield scene_batch(rows, (STREAM_TAG, config.seed, step, jax.process_index()), tokenizer,
-                          config.task.max_length, config.calm_data.get("kb_size", 30))
+                          config.task.max_length, config.calm_data.get("kb_size", 30),
+                          config.calm_data.get("scene_table_swap", 0.0))
       else:
         yield next(batches)
 

@@ -13,8 +13,8 @@ import sys
 import datasets
 import pytest
 
-from calm import data, model as calm_model, planning
-from experiments import cli, pipeline_lib, train_lib
+from calm import data, model as calm_model, planning, state
+from experiments import cli, pipeline_lib, state_probe, train_lib
 from experiments.configs import quickstart
 from ilql_dialogue import rollout, simulators
 
@@ -142,3 +142,17 @@ def test_a_state_head_run_mixes_scenes_into_the_corpus_and_tracks_the_intent(roo
   tracked = [r["step"] for r in train if "state/loss" in r]
   assert [r["step"] for r in train] == [1, 2, 3, 4] and tracked == [2, 4]
   assert all(r["action_head/rows"] > 0 for r in train if r["step"] in tracked)
+  probed = state_probe.probe(str(tmp_path), rows=4)  # What the tracking heads read, and from where.
+  assert probed["step"] == 4
+  for key in ("table", "table_blanked"):
+    assert set(probed[key]) == set(state.TRACKED_NAMES)
+    assert all(0.0 <= v <= 1.0 for v in probed[key].values())
+  with pytest.raises(ValueError, match="algorithm.head=state"):
+    state_probe.probe(calm_run_dir_of_a_linear_head(root, tmp_path))
+
+
+def calm_run_dir_of_a_linear_head(root, tmp_path):
+  config = tiny(load("calm_airdialogue_quick"), root)
+  config.train.update(steps=1, checkpoint_every=1)
+  train_lib.run(config, str(tmp_path / "linear"))
+  return str(tmp_path / "linear")

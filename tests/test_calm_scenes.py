@@ -57,3 +57,17 @@ def test_no_scenes_is_the_corpus_stream(tokenizer):
   config.calm_data.scene_every = -1
   with pytest.raises(ValueError, match="scene_every=-1"):
     scenes.with_scenes(corpus, config, tokenizer)
+
+
+def test_swapped_tables_are_the_next_rows_and_their_actions_are_solved_again(tokenizer):
+  plain = scenes.scene_batch(6, (4, 5), tokenizer, max_length=256, kb_size=30)
+  swapped = scenes.scene_batch(6, (4, 5), tokenizer, max_length=256, kb_size=30, table_swap=1.0)
+  np.testing.assert_array_equal(swapped[bc.PREFIX_FIELDS],
+                                np.roll(plain[bc.PREFIX_FIELDS], -1, axis=0))
+  np.testing.assert_array_equal(swapped[calm_model.INTENT], plain[calm_model.INTENT])
+  samples = list(scenes.selfplay.generate_samples([4, 5, 0], 6, 30))
+  expected_BxA = np.asarray(calm_model.expected_set(swapped[calm_model.EXPECTED_LO],
+                                                    swapped[calm_model.EXPECTED_HI]))
+  for b, sample in enumerate(samples):
+    action = scenes.solver.expected_action(sample.intent, samples[(b + 1) % 6].table)
+    assert set(np.flatnonzero(expected_BxA[b])) == set(actions.action_classes(action))

@@ -63,3 +63,17 @@ def test_codes_fit_the_heads_and_the_loss_reads_them():
   uniform = [jnp.full((len(codes_BxK), size), -np.log(size)) for _, size in state.TRACKED]
   loss, _ = state.tracking_loss(uniform, jnp.asarray(codes_BxK), jnp.ones(len(codes_BxK), bool))
   assert float(loss) == pytest.approx(np.mean(np.log(sizes)), rel=1e-5)
+
+
+def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
+  from experiments import state_probe
+
+  fields_BxPxF = np.stack([airdialogue.table_fields(table.to_json()) for _, table in _scenes(8, 5)])
+  blanked = state_probe.blank_table(fields_BxPxF)
+  is_flight = fields_BxPxF[..., airdialogue.FIELD["row_type"]] == airdialogue.ROW_FLIGHT
+  for name, k in airdialogue.FIELD.items():
+    if name in state_probe.BLANKED:
+      assert (blanked[..., k][is_flight] == 1).all()
+      np.testing.assert_array_equal(blanked[..., k][~is_flight], fields_BxPxF[..., k][~is_flight])
+    else:
+      np.testing.assert_array_equal(blanked[..., k], fields_BxPxF[..., k])

@@ -41,6 +41,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       relabel=True,  # Relabel the training split (calm.relabel); False = the ablation.
       seed=0,  # Relabeling seed.
       scene_every=0,  # Every K-th batch generator scenes with head targets (calm/scenes.py).
+      scene_table_swap=0.0,  # Share of scene rows under another row's table (ditto).
   ))
   # Follows calm_data; calm/data.py:prepared_root computes the same path.
   c.task.root = (c.calm_data.get_ref("source_root") + "/calm/relabel="
