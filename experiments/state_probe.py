@@ -64,16 +64,14 @@ def probe(workdir: str, step: int | None = None, rows: int = 128) -> dict[str, d
           "table_blanked": accuracies(model, batch, blank_table(batch[bc.PREFIX_FIELDS]))}
 
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A CALM run with algorithm.head=state.",
-                               required=True)
-_STEP = flags.DEFINE_integer("step", None, "Its checkpoint (default: the selected one).")
-_ROWS = flags.DEFINE_integer("rows", 128, "Scenes played.")
-
-
 def main(argv):
   del argv
-  print(json.dumps(probe(_WORKDIR.value, _STEP.value, _ROWS.value), indent=1))
+  f = flags.FLAGS
+  print(json.dumps(probe(f.workdir, f.step, f.rows), indent=1))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # Flags only here: tests import the module beside other CLIs.
+  flags.DEFINE_string("workdir", None, "A CALM run with algorithm.head=state.", required=True)
+  flags.DEFINE_integer("step", None, "Its checkpoint (default: the selected one).")
+  flags.DEFINE_integer("rows", 128, "Scenes played.")
   app.run(main)
