@@ -58,7 +58,6 @@ from ilql_dialogue.algorithm import Batch, Metrics
 from ilql_dialogue.models.heads import Head
 from ilql_dialogue.models.layers import normal, param
 from ilql_dialogue.models.lm_loss import token_cross_entropy
-from ilql_dialogue.tasks import airdialogue
 
 ACTION_POSITION = "action_position"
 EXPECTED_LO, EXPECTED_HI = "expected_classes_lo", "expected_classes_hi"
@@ -113,7 +112,7 @@ class CALMModel(nnx.Module):
 
   def action_logits(self, hidden_BxD: jax.Array, fields_BxPxF: jax.Array) -> jax.Array:
     """logits_BxA over the 63 final actions (calm/actions.py) from one state per row and the
-    row's table (which the table head reads)."""
+    row's table (which the state head solves the rules on)."""
     if isinstance(self.action_head, state.StateHead):
       return self.action_head(hidden_BxD, fields_BxPxF)
     return self.action_head(hidden_BxD[:, None, :])[:, 0]

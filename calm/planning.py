@@ -268,9 +268,9 @@ class CALMPlanner:
     self.head_actions: list[tuple[schema.Action, schema.Action] | None] = [None] * len(seeds)
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
-    batch, r = self._batch, self.replicas
-    if len(histories) != batch:
-      raise ValueError(f"CALMPlanner.respond: {len(histories)} histories for {batch} rows (reset)")
+    if len(histories) != self._batch:
+      raise ValueError(f"CALMPlanner.respond: {len(histories)} histories for {self._batch} rows "
+                       "(reset)")
     replies = self._plan(histories)
     return self._act_from_head(replies) if self.act == "head" else replies
 

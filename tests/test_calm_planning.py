@@ -64,6 +64,14 @@ def _play(agent, num_dialogues=2, max_turns=6):
                                     max_turns=max_turns, seed=1000))
 
 
+def _assert_said(planner, results, picked):
+  """Every row picked candidate `picked` and said it as its last agent turn."""
+  assert planner.picked == [picked] * len(results)
+  for b, result in enumerate(results):
+    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
+    assert agent_turns[-1] == planner.candidates[b][picked]
+
+
 def test_planner_says_the_candidate_with_the_best_mean_score(tokenizer, monkeypatch):
   planner = planning.CALMPlanner(untrained_party(tokenizer), n=3, m=2, h=2)
   preferred = 1
@@ -77,10 +85,8 @@ def test_planner_says_the_candidate_with_the_best_mean_score(tokenizer, monkeypa
 
   monkeypatch.setattr(planning.CALMPlanner, "_score", score)
   results = _play(planner, max_turns=2)
-  assert planner.picked == [preferred, preferred]
-  for b, result in enumerate(results):
-    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
-    assert agent_turns[-1] == planner.candidates[b][preferred]
+  _assert_said(planner, results, preferred)
+  for b in range(len(results)):
     r = planner.replicas
     ids = planner.party.token_ids[b * r:(b + 1) * r]
     assert all(x == ids[0] for x in ids)  # Every replica continues the dialogue that was played.
@@ -100,11 +106,7 @@ def test_a_sampled_candidate_must_beat_the_greedy_one_by_the_margin(tokenizer, m
         len(imagined))
 
   monkeypatch.setattr(planning.CALMPlanner, "_score", score)
-  results = _play(planner, max_turns=2)
-  assert planner.picked == [picked, picked]
-  for b, result in enumerate(results):
-    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
-    assert agent_turns[-1] == planner.candidates[b][picked]
+  _assert_said(planner, _play(planner, max_turns=2), picked)
 
 
 def test_a_margin_needs_the_greedy_candidate(tokenizer):
