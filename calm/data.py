@@ -18,6 +18,9 @@ builds the agent task's structured-prefix datasets (tasks/airdialogue.py) in
                          (the agent's closing turn), -1 if the window has none
   expected_classes_lo/hi the expected action's classes (calm/actions.py, every
                          tied flight) as two 32-bit sets
+  intent_{field}         the customer's intent, one code per field the state head
+                         tracks (calm/state.py TRACKED), so it learns to track
+                         the corpus's multi-turn dialogues and not only scenes
 
 The loop's batching passes numeric per-example columns through, so CALM's
 batches carry them while everything else (the agent task, its eval batches,
@@ -46,18 +49,19 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from calm import actions, model as calm_model, relabel as relabel_lib
+from calm import actions, model as calm_model, relabel as relabel_lib, state
 from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.airdialogue import action_grammar, schema, to_dialogue
 from data_pipelines.tokenization import load_tokenizer
 from experiments import cli
-from ilql_dialogue import tasks
+from ilql_dialogue import simulators, tasks
 from ilql_dialogue.tasks import airdialogue
 
 SPLITS = tasks.SPLITS
 CONTEXT = "prefix"
 ROLE = "agent"
 DONE = ".done"
+FORMAT = 2  # Bumped when the columns change: a build of another format is redone.
 
 
 def prepared_root(source_root: str, relabel: bool, seed: int) -> str:
@@ -98,10 +102,19 @@ def _write_split(source_root: str, out_root: str, split: str, relabel: bool, see
   return stats
 
 
+def _intent_codes(dialogue: dialogue_lib.Dialogue, path: str) -> np.ndarray:
+  try:
+    return state.intent_codes(simulators.intent_from_json(dialogue.context["customer"]))
+  except (KeyError, TypeError, ValueError) as e:
+    raise ValueError(f"{path}: dialogue {dialogue.dialogue_id!r}: context.customer is not an "
+                     f"intent the state head can code ({e!r})") from None
+
+
 def _with_head_columns(ds: datasets.Dataset, dialogues_path: str, marker_id: int
                        ) -> datasets.Dataset:
-  sets = {d.dialogue_id: class_sets(d.meta.get("expected_action"))
-          for d in dialogue_lib.read_jsonl(dialogues_path)}
+  dialogues = list(dialogue_lib.read_jsonl(dialogues_path))
+  sets = {d.dialogue_id: class_sets(d.meta.get("expected_action")) for d in dialogues}
+  codes = {d.dialogue_id: _intent_codes(d, dialogues_path) for d in dialogues}
 
   def add(batch: dict[str, list]) -> dict[str, list]:
     positions = []
@@ -109,16 +122,28 @@ def _with_head_columns(ds: datasets.Dataset, dialogues_path: str, marker_id: int
       hits = np.flatnonzero(np.asarray(ids) == marker_id)
       positions.append(int(hits[0]) if hits.size else -1)
     lo, hi = zip(*(sets[i] for i in batch["dialogue_id"]))
+    codes_BxK = np.stack([codes[i] for i in batch["dialogue_id"]])
     return {calm_model.ACTION_POSITION: positions, calm_model.EXPECTED_LO: list(lo),
-            calm_model.EXPECTED_HI: list(hi)}
+            calm_model.EXPECTED_HI: list(hi),
+            **{name: codes_BxK[:, k].tolist() for k, name in enumerate(state.INTENT_COLUMNS)}}
 
   features = ds.features.copy()
   features[calm_model.ACTION_POSITION] = datasets.Value("int32")
   features[calm_model.EXPECTED_LO] = datasets.Value("uint32")
   features[calm_model.EXPECTED_HI] = datasets.Value("uint32")
+  for name in state.INTENT_COLUMNS:
+    features[name] = datasets.Value("int32")
   # A fingerprint of its own: datasets cannot hash the closure, and warns when left to try.
   fingerprint = hashlib.sha256(f"{ds._fingerprint}:{dialogues_path}:{marker_id}".encode())
   return ds.map(add, batched=True, features=features, new_fingerprint=fingerprint.hexdigest()[:16])
+
+
+def _format(final: str) -> int:
+  try:
+    with open(os.path.join(final, "calm.json"), encoding="utf-8") as f:
+      return json.load(f).get("format", 1)
+  except (OSError, ValueError):
+    return 0
 
 
 def prepare(source_root: str, out_root: str, *, relabel: bool = True, seed: int = 0,
@@ -126,7 +151,7 @@ def prepare(source_root: str, out_root: str, *, relabel: bool = True, seed: int 
   """Writes the CALM data of `source_root` into `out_root` (module docstring); returns the
   datasets directory. Skipped when already complete; a partial build is redone."""
   final = tasks.dataset_dir(out_root, airdialogue.NAME, ROLE, CONTEXT, max_length, tokenizer_dir)
-  if os.path.exists(os.path.join(final, DONE)):
+  if os.path.exists(os.path.join(final, DONE)) and _format(final) == FORMAT:
     return final
   stats = {split: _write_split(source_root, out_root, split, relabel, seed) for split in SPLITS}
   token_src = tokenizer_dir or os.path.join(source_root, "tokenizer")
@@ -155,7 +180,7 @@ def prepare(source_root: str, out_root: str, *, relabel: bool = True, seed: int 
     shutil.copy(os.path.join(built[split], "stats.json"), os.path.join(final, split, "stats.json"))
   shutil.rmtree(staging)
   with open(os.path.join(final, "calm.json"), "w", encoding="utf-8") as f:
-    json.dump({"source_root": source_root, "relabel": relabel, "seed": seed,
+    json.dump({"format": FORMAT, "source_root": source_root, "relabel": relabel, "seed": seed,
                "relabel_stats": stats["train"]}, f, indent=2)
   with open(os.path.join(final, DONE), "w") as f:
     f.write("done\n")

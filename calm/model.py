@@ -22,7 +22,9 @@ dialogue tokens) plus two small pieces:
                 the state to the 63 logits; `head="state"` (calm/state.py)
                 tracks the customer's intent from it and solves the official
                 rules under what it tracked, so the head cannot get the table
-                search wrong, only what the customer said.
+                search wrong, only what the customer said; `head="pooled"` is
+                the state head whose fields each attend over every state up
+                to the marker (the copy mechanism of dialogue state trackers).
 
 The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens: the
 LM is the policy on agent turns and the dynamics model on customer turns.
@@ -66,8 +68,7 @@ BITS = 32
 NUM_REWARDS = 2  # Reward token values: 0 (failure), 1 (success).
 
 
-HEADS = ("linear", "state")
-INTENT = "intent_codes"  # [B, len(state.TRACKED)] int32: the intent the state head tracks.
+HEADS = ("linear", "state", "pooled")
 
 
 class CALMModel(nnx.Module):
@@ -88,7 +89,7 @@ class CALMModel(nnx.Module):
                               (None, "embed"), cfg.weight_dtype)
     self.action_head = (
         Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim) if head == "linear"
-        else state.StateHead(cfg, rngs=rngs))
+        else state.StateHead(cfg, rngs=rngs, pooled=head == "pooled"))
 
   def embed_prefix(self, fields_BxPxF: jax.Array, reward_B: jax.Array | None = None
                    ) -> jax.Array:
@@ -110,12 +111,14 @@ class CALMModel(nnx.Module):
   def logits(self, hidden_BxNxD: jax.Array) -> jax.Array:
     return self.lm.logits(hidden_BxNxD)
 
-  def action_logits(self, hidden_BxD: jax.Array, fields_BxPxF: jax.Array) -> jax.Array:
-    """logits_BxA over the 63 final actions (calm/actions.py) from one state per row and the
-    row's table (which the state head solves the rules on)."""
+  def action_logits(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array,
+                    fields_BxPxF: jax.Array) -> jax.Array:
+    """logits_BxA over the 63 final actions (calm/actions.py) at each row's `[action]` marker
+    (position_B; -1 for none reads the first token), given the row's table (which the state
+    head solves the rules on) and the states up to the marker (which the pooled one reads)."""
     if isinstance(self.action_head, state.StateHead):
-      return self.action_head(hidden_BxD, fields_BxPxF)
-    return self.action_head(hidden_BxD[:, None, :])[:, 0]
+      return self.action_head(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
+    return self.action_head(decision_hidden(hidden_BxTxD, position_B)[:, None, :])[:, 0]
 
 
 def class_bits(classes: Sequence[int]) -> tuple[int, int]:
@@ -153,17 +156,17 @@ def action_head_metrics(logits_BxA: jax.Array, target_BxA: jax.Array, valid_B: j
                 "action_head/rows": weights_B.sum()}
 
 
-def decision_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(hidden_BxD at each row's `[action]` marker, whether the row has one)."""
-  valid_B = position_B >= 0
+def decision_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
+  """hidden_BxD at each row's `[action]` marker (the first token's where it has none, -1)."""
   index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
-  return jnp.take_along_axis(hidden_BxTxD, index_B[:, None, None], axis=1)[:, 0], valid_B
+  return jnp.take_along_axis(hidden_BxTxD, index_B[:, None, None], axis=1)[:, 0]
 
 
 @dataclasses.dataclass(frozen=True)
 class CALM:
   """The CALM Algorithm (module docstring). `head` is "linear" (`head_hidden_dim` 0: no hidden
-  layer) or "state" (with `state_weight` on its tracking loss where a batch has the intent)."""
+  layer), "state" or "pooled" (with `state_weight` on the tracking loss where a batch has the
+  intent)."""
 
   action_head_weight: float = 1.0
   head: str = "linear"
@@ -211,15 +214,20 @@ class CALM:
     metrics["dynamics_loss"], _ = bc.weighted_metrics(ce_BxT, correct_BxT,
                                                       dialogue_BxT & ~agent_BxT)
     metrics["lm_loss"] = lm_loss
-    hidden_BxD, valid_B = decision_hidden(hidden_BxTxD, batch[ACTION_POSITION])
+    position_B, fields_BxPxF = batch[ACTION_POSITION], batch[bc.PREFIX_FIELDS]
+    tracked = (model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B)
+               if isinstance(model.action_head, state.StateHead) else None)
+    codes_BxK = state.batch_codes(batch)
+    has_state_B = (position_B >= 0) & batch.get("row_mask", True)
+    if tracked is None:
+      logits_BxA = model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
+    else:
+      logits_BxA = state.solve(tracked, fields_BxPxF)
     head_loss, head_metrics = action_head_metrics(
-        model.action_logits(hidden_BxD, batch[bc.PREFIX_FIELDS]),
-        expected_set(batch[EXPECTED_LO], batch[EXPECTED_HI]),
-        valid_B)
+        logits_BxA, expected_set(batch[EXPECTED_LO], batch[EXPECTED_HI]), has_state_B)
     loss = lm_loss + self.action_head_weight * head_loss
-    if isinstance(model.action_head, state.StateHead) and INTENT in batch:
-      state_loss, state_metrics = state.tracking_loss(
-          model.action_head.tracked(hidden_BxD), batch[INTENT], valid_B)
+    if tracked is not None and codes_BxK is not None:
+      state_loss, state_metrics = state.tracking_loss(tracked, codes_BxK, has_state_B)
       loss = loss + self.state_weight * state_loss
       head_metrics.update(state_metrics)
     return loss, {**metrics, **head_metrics, "loss": loss}

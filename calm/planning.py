@@ -166,14 +166,19 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
         [jnp.repeat(last_BxD, replicas, axis=0)[:, None].astype(hidden_RxSxD.dtype),
          hidden_RxSxD[:, :-1]], axis=1)
     ce_RxS, _ = token_cross_entropy(model.logits, inputs_RxSxD, suffix_RxS)
-    return -ce_RxS, hidden_RxSxD
+    # The head reads the whole dialogue: the history's states, then the rollout's.
+    return -ce_RxS, jnp.concatenate([jnp.repeat(hidden_BxTxD, replicas, axis=0)
+                                     .astype(hidden_RxSxD.dtype), hidden_RxSxD], axis=1)
 
-  logp1_RxS, hidden_RxSxD = read(1, caches[0])
+  logp1_RxS, hidden_RxLxD = read(1, caches[0])
   logp0_RxS, _ = read(0, caches[1])
   log_odds_R = jnp.sum(jnp.where(suffix_mask_RxS, logp1_RxS - logp0_RxS, 0.0), axis=1)
-  hidden_RxD, has_block_R = calm_model.decision_hidden(hidden_RxSxD, action_position_R)
-  probs_RxA = jax.nn.softmax(
-      model.action_logits(hidden_RxD, jnp.repeat(fields_BxPxF, replicas, axis=0)), axis=-1)
+  has_block_R = action_position_R >= 0
+  mask_RxL = jnp.concatenate([jnp.repeat(history_mask_BxT, replicas, axis=0), suffix_mask_RxS],
+                             axis=1)
+  probs_RxA = jax.nn.softmax(model.action_logits(
+      hidden_RxLxD, mask_RxL, jnp.where(has_block_R, history_BxT.shape[1] + action_position_R, -1),
+      jnp.repeat(fields_BxPxF, replicas, axis=0)), axis=-1)
   chosen_R = jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0]
   head_R = jnp.where(has_block_R & (action_class_R >= 0), chosen_R, 0.0)
   return log_odds_R, head_R
@@ -187,8 +192,7 @@ def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens
   prefix_BxPxD = model.embed_prefix(fields_BxPxF)
   hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                           prefix_BxPxD=prefix_BxPxD)
-  hidden_BxD, _ = calm_model.decision_hidden(hidden_BxTxD, position_B)
-  return model.action_logits(hidden_BxD, fields_BxPxF)
+  return model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
 
 
 def scoring_length(longest: int, max_len: int) -> int:

@@ -80,7 +80,7 @@ def scene_batch(num_rows: int, entropy: Sequence[int], tokenizer: DialogueTokeni
   batch[calm_model.ACTION_POSITION] = np.asarray([p for _, p, _, _ in rows], np.int32)
   batch[calm_model.EXPECTED_LO] = np.asarray([lo for _, _, (lo, _), _ in rows], np.uint32)
   batch[calm_model.EXPECTED_HI] = np.asarray([hi for _, _, (_, hi), _ in rows], np.uint32)
-  batch[calm_model.INTENT] = np.stack([state.intent_codes(s.intent) for s in samples])
+  batch.update(state.intent_columns([s.intent for s in samples]))
   return batch
 
 

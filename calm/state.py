@@ -9,12 +9,14 @@ agent's success comes from the flightless outcomes. The state head splits the
 decision where AirDialogue's systems with a knowledge base split it (e.g.
 AirConcierge's SQL state tracking):
 
-  tracking  one softmax per intent field (goal, airports, dates, price limit,
-            connections, times of day, class, airline cost) read from the
-            state at the `[action]` marker: what the dialogue has told the
-            agent. The only learned part; trained by the action's
+  tracking  one distribution per intent field (goal, airports, dates, price
+            limit, connections, times of day, class, airline cost): what the
+            dialogue has told the agent, read from the state at the
+            `[action]` marker or, pooled, from every state up to it
+            (`StateHead`). The only learned part; trained by the action's
             cross-entropy through the solver below and, with
-            `state_weight`, by each field's own cross-entropy.
+            `state_weight`, by each field's own cross-entropy on rows that
+            carry the intent (scenes, and the corpus: calm/data.py).
   solving   the official rules (data_pipelines/airdialogue/solver.py) applied
             to the whole posterior at once: a row is valid with probability
             prod_f P(field f accepts the row) (fields independent), the
@@ -89,6 +91,23 @@ def intent_codes(intent: schema.Intent) -> np.ndarray:
   ], np.int32)
 
 
+INTENT_COLUMNS = tuple(f"intent_{name}" for name in TRACKED_NAMES)  # One [B] int column each.
+
+
+def intent_columns(intents: Sequence[schema.Intent]) -> dict[str, np.ndarray]:
+  """The intents' codes as the batch columns the tracking loss reads (scalar per-example
+  columns, which the loop's batching carries from a dataset as [B] arrays)."""
+  codes_BxK = np.stack([intent_codes(intent) for intent in intents])
+  return {name: codes_BxK[:, k] for k, name in enumerate(INTENT_COLUMNS)}
+
+
+def batch_codes(batch) -> jax.Array | None:
+  """codes_BxK of a batch that carries every intent column, else None."""
+  if not all(name in batch for name in INTENT_COLUMNS):
+    return None
+  return jnp.stack([jnp.asarray(batch[name], jnp.int32) for name in INTENT_COLUMNS], axis=1)
+
+
 def _log_any(log_p_BxV: jax.Array, accepts_BxPxV: jax.Array) -> jax.Array:
   """log P(the tracked value accepts the row): logsumexp of the accepting values, per row."""
   return jnp.maximum(jax.nn.logsumexp(jnp.where(accepts_BxPxV, log_p_BxV[:, None], -jnp.inf),
@@ -144,25 +163,58 @@ def solve(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> jax.Array:
 
 
 class StateHead(nnx.Module):
-  """Tracking heads on the decision state, then `solve` (module docstring)."""
+  """Tracking heads, then `solve` (module docstring).
 
-  def __init__(self, cfg, *, rngs: nnx.Rngs):
+  `pooled=False` reads every field from the state at the `[action]` marker.
+  Measured (docs/RESULTS.md): that one vector, filled by a 2-layer trunk's few
+  attention heads, carries the months and days only as far as the table
+  repeats them and the airports and price limit hardly at all. `pooled=True`
+  gives each field its own attention over every position up to the marker,
+  each position proposing a value from its own state: P(field = v) =
+  sum_t attention_t P_t(v). The pointer-generator / copy mechanism of
+  dialogue state trackers (TRADE): the customer's "to MSY" makes the state at
+  "MSY" propose the return airport, a local reading a small trunk can do, and
+  the field's attention learns which of the dialogue's mentions to trust.
+  """
+
+  def __init__(self, cfg, *, rngs: nnx.Rngs, pooled: bool = False):
     self.dtype = cfg.compute_dtype
+    self.pooled = pooled
     self.sizes = tuple(size for _, size in TRACKED)
     self.kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, sum(self.sizes)),
                         ("embed", None), cfg.weight_dtype)
     self.bias = param(rngs, zeros, (sum(self.sizes),), (None,), cfg.weight_dtype)
+    if pooled:  # One attention score per field and position; zeros: uniform at first.
+      self.attend_kernel = param(rngs, zeros, (cfg.d_model, len(TRACKED)), ("embed", None),
+                                 cfg.weight_dtype)
+      self.attend_bias = param(rngs, zeros, (len(TRACKED),), (None,), cfg.weight_dtype)
 
-  def tracked(self, hidden_BxD: jax.Array) -> list[jax.Array]:
-    """One log-normalized [B, V] posterior per TRACKED field."""
-    logits = jnp.einsum("bd,dv->bv", hidden_BxD.astype(self.dtype),
-                        self.kernel[...].astype(self.dtype),
-                        preferred_element_type=jnp.float32) + self.bias[...].astype(jnp.float32)
+  def _dense(self, hidden: jax.Array, kernel: nnx.Param, bias: nnx.Param) -> jax.Array:
+    return jnp.einsum("...d,dv->...v", hidden.astype(self.dtype), kernel[...].astype(self.dtype),
+                      preferred_element_type=jnp.float32) + bias[...].astype(jnp.float32)
+
+  def tracked(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array
+              ) -> list[jax.Array]:
+    """One log-normalized [B, V] posterior per TRACKED field, read up to each row's marker
+    (position_B; rows without one, -1, read their first token)."""
     splits = np.cumsum(self.sizes)[:-1].tolist()
-    return [jax.nn.log_softmax(x, axis=-1) for x in jnp.split(logits, splits, axis=-1)]
+    position_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
+    if not self.pooled:
+      hidden_BxD = jnp.take_along_axis(hidden_BxTxD, position_B[:, None, None], axis=1)[:, 0]
+      return [jax.nn.log_softmax(x, axis=-1)
+              for x in jnp.split(self._dense(hidden_BxD, self.kernel, self.bias), splits, -1)]
+    seen_BxT = (jnp.arange(hidden_BxTxD.shape[1]) <= position_B[:, None]) & mask_BxT
+    seen_BxT = seen_BxT.at[:, 0].set(True)  # A row without a marker still reads something.
+    scores_BxTxK = self._dense(hidden_BxTxD, self.attend_kernel, self.attend_bias)
+    log_attend_BxTxK = jax.nn.log_softmax(jnp.where(seen_BxT[..., None], scores_BxTxK, -jnp.inf),
+                                          axis=1)
+    values = jnp.split(self._dense(hidden_BxTxD, self.kernel, self.bias), splits, -1)
+    return [jax.nn.logsumexp(log_attend_BxTxK[..., k, None] + jax.nn.log_softmax(v_BxTxV, -1),
+                             axis=1) for k, v_BxTxV in enumerate(values)]
 
-  def __call__(self, hidden_BxD: jax.Array, fields_BxPxF: jax.Array) -> jax.Array:
-    return solve(self.tracked(hidden_BxD), fields_BxPxF)
+  def __call__(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array,
+               fields_BxPxF: jax.Array) -> jax.Array:
+    return solve(self.tracked(hidden_BxTxD, mask_BxT, position_B), fields_BxPxF)
 
 
 def tracking_loss(log_p: Sequence[jax.Array], codes_BxK: jax.Array, valid_B: jax.Array

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 from flax import nnx
@@ -102,7 +102,9 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                    include_context: bool = True,
                    serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
                    prefix_fields: Any = None, betas: Sequence[float] = (0.0,),
-                   opponent_options: Mapping[str, Any] | None = None, **lm_options: Any):
+                   opponent_options: Mapping[str, Any] | None = None,
+                   wrap_party: Callable[[simulators.LMParty], Any] | None = None,
+                   **lm_options: Any):
   """An EvalFn (train_loop) that plays the model being trained, as `role`, against `opponent`.
 
   Plays the same held-out scenarios once per beta (value guidance of an
@@ -114,7 +116,9 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
   arguments are a Task's (tokenizer, include_context, serialize_context,
   prefix.fields). Pass `seed` different from the reported evaluation's
   (rollout.DEFAULT_SEED), so selection never sees the test scenarios. `opponent_options`
-  (sampling keywords) go to a learned opponent; scripted ones take none.
+  (sampling keywords) go to a learned opponent; scripted ones take none. `wrap_party` turns
+  the model's LMParty into the party that plays (e.g. a CALM run's `planning.action=head`
+  party), so selection measures the agent as it will be evaluated.
   """
   if not betas:
     raise ValueError("online_eval_fn: betas must not be empty")
@@ -132,6 +136,8 @@ def online_eval_fn(tokenizer: DialogueTokenizer, role: str, opponent: str, *,
     party = simulators.LMParty(decoder, tokenizer, role, include_context=include_context,
                                serialize_context=serialize_context, prefix_fields=prefix_fields,
                                hook=hook, **lm_options)
+    if wrap_party is not None:
+      party = wrap_party(party)
     agent, customer = (party, other) if role == simulators.AGENT else (other, party)
     return rollout.summarize(list(rollout.run_dialogues(
         agent, customer, scenarios, batch_size=batch_size, max_turns=max_turns, seed=seed)))

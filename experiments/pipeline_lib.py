@@ -25,7 +25,7 @@ from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from experiments import compare_agents, customer_fidelity, evaluate_lib, train_lib
-from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, policy_io, tasks
+from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, policy_io, simulators, tasks
 
 SPLITS = ("train", "eval")
 
@@ -190,8 +190,14 @@ def train_runs(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any
 
 def _party(spec: str, config: ml_collections.ConfigDict, workdir: str) -> str:
   """A run's name (config.runs), or NAME@STEP for its checkpoint at STEP -> its workdir (with
-  the step); other party specs pass through."""
-  return os.path.join(workdir, spec) if run_name(spec) in config.runs else spec
+  the step); other party specs pass through. A CALM run whose config acts by its head
+  (planning.action=head) plays as that agent, without planning, as its selection played it."""
+  if run_name(spec) not in config.runs:
+    return spec
+  path = os.path.join(workdir, spec)
+  planning = policy_io.read_config(os.path.join(workdir, run_name(spec))).get("planning")
+  return f"{simulators.CALM_PREFIX}n=1:{path}" if planning and planning.get(
+      "action") == "head" else path
 
 
 def run_name(spec: str) -> str:

@@ -43,12 +43,11 @@ def accuracies(model: calm_model.CALMModel, batch: dict[str, np.ndarray],
   mask_BxT = jnp.asarray(batch["attention_mask"], bool)
   hidden_BxTxD, _ = model(jnp.asarray(batch["input_ids"]), bc.positions_from_mask(mask_BxT),
                           mask_BxT, prefix_BxPxD=model.embed_prefix(jnp.asarray(fields_BxPxF)))
-  hidden_BxD, _ = calm_model.decision_hidden(hidden_BxTxD,
-                                             jnp.asarray(batch[calm_model.ACTION_POSITION]))
-  codes_BxK = batch[calm_model.INTENT]
+  tracked = model.action_head.tracked(hidden_BxTxD, mask_BxT,
+                                      jnp.asarray(batch[calm_model.ACTION_POSITION]))
+  codes_BxK = np.asarray(state.batch_codes(batch))
   return {name: float(np.mean(np.asarray(jnp.argmax(log_p, -1)) == codes_BxK[:, k]))
-          for k, (name, log_p) in enumerate(zip(state.TRACKED_NAMES,
-                                                model.action_head.tracked(hidden_BxD)))}
+          for k, (name, log_p) in enumerate(zip(state.TRACKED_NAMES, tracked))}
 
 
 def probe(workdir: str, step: int | None = None, rows: int = 128) -> dict[str, dict[str, float]]:
@@ -56,7 +55,7 @@ def probe(workdir: str, step: int | None = None, rows: int = 128) -> dict[str, d
   model, step = policy_io.restore_model(workdir, config, step)
   if not isinstance(model.action_head, state.StateHead):
     raise ValueError(f"{workdir}: trained with algorithm.head={config.algorithm.get('head')!r}, "
-                     "the probe reads a state head (algorithm.head=state)")
+                     "the probe reads a state head (algorithm.head=state or pooled)")
   tokenizer = load_tokenizer(f"{workdir}/tokenizer")
   batch = scenes.scene_batch(rows, PROBE_SEED, tokenizer, config.task.max_length, 30)
   return {"step": step,

@@ -146,7 +146,17 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
       include_context=task.include_context, serialize_context=task.serialize_context,
       prefix_fields=None if task.prefix is None else task.prefix.fields,
       betas=tuple(online.betas), temperature=online.temperature,
-      max_new_tokens=online.max_new_tokens, opponent_options={"temperature": temperature})
+      max_new_tokens=online.max_new_tokens, opponent_options={"temperature": temperature},
+      wrap_party=_calm_head_party(config))
+
+
+def _calm_head_party(config: ml_collections.ConfigDict):
+  """A CALM run whose agent acts by its head (planning.action=head) is selected as that agent,
+  without planning (N = 1): the closing block's status and flight are the head's."""
+  if config.get("calm_data") is None or config.planning.get("action", "lm") != "head":
+    return None
+  from calm import planning
+  return lambda party: planning.CALMPlanner(party, n=1, act="head")
 
 
 def _resolve_vocab(config: ml_collections.ConfigDict) -> None:

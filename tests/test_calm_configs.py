@@ -7,6 +7,7 @@ run plays as a `calm:` party."""
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import datasets
 import pytest
 
 from calm import data, model as calm_model, planning, state
+from data_pipelines import dialogue as dialogue_lib
 from experiments import cli, pipeline_lib, state_probe, train_lib
 from experiments.configs import quickstart
 from ilql_dialogue import rollout, simulators
@@ -76,6 +78,24 @@ def test_cli_prepares_the_data_a_config_with_overrides_reads(root):
     assert column in train.column_names
   assert not os.path.exists(os.path.join(data.prepared_root(root, False, 0), "airdialogue",
                                          "train", "official"))  # Not relabeled.
+  intents = {d.dialogue_id: d.context["customer"] for d in dialogue_lib.read_jsonl(
+      os.path.join(data.prepared_root(root, False, 0), "airdialogue", "train", "dialogues.jsonl"))}
+  for row in train.select(range(min(6, len(train)))):  # The tracking targets: the row's intent.
+    codes = state.intent_codes(simulators.intent_from_json(intents[row["dialogue_id"]]))
+    assert [row[name] for name in state.INTENT_COLUMNS] == codes.tolist()
+
+
+def test_a_build_of_an_older_format_is_redone(root, tmp_path):
+  out_root = str(tmp_path / "calm")
+  built = data.prepare(root, out_root, relabel=False, max_length=384)
+  with open(os.path.join(built, "calm.json")) as f:
+    meta = json.load(f)
+  del meta["format"]  # As the builds before the intent columns wrote it.
+  with open(os.path.join(built, "calm.json"), "w") as f:
+    json.dump(meta, f)
+  shutil.rmtree(os.path.join(built, "train"))
+  assert data.prepare(root, out_root, relabel=False, max_length=384) == built
+  assert state.INTENT_COLUMNS[0] in datasets.load_from_disk(os.path.join(built, "train")).column_names
 
 
 @pytest.fixture(scope="module")
@@ -129,10 +149,10 @@ def test_a_calm_run_is_an_init_from_source_of_its_lm_only(calm_run):
 
 
 def test_a_state_head_run_mixes_scenes_into_the_corpus_and_tracks_the_intent(root, tmp_path):
-  """`calm_data.scene_every=2`: steps 1 and 3 read generator scenes (their rows carry the
-  intent's codes, so the tracking loss is logged), steps 0 and 2 the corpus."""
+  """`calm_data.scene_every=2`: steps 1 and 3 read generator scenes, steps 0 and 2 the corpus;
+  rows of both carry the intent's codes, so every step logs the tracking loss."""
   config = tiny(load("calm_airdialogue_quick"), root)
-  config.algorithm.head = "state"
+  config.algorithm.head = "pooled"
   config.calm_data.scene_every = 2
   config.train.update(steps=4, checkpoint_every=4)
   data.prepare_for(config)
@@ -140,7 +160,7 @@ def test_a_state_head_run_mixes_scenes_into_the_corpus_and_tracks_the_intent(roo
   with open(tmp_path / "metrics.jsonl") as f:
     train = [r for r in map(json.loads, f) if r["split"] == "train"]
   tracked = [r["step"] for r in train if "state/loss" in r]
-  assert [r["step"] for r in train] == [1, 2, 3, 4] and tracked == [2, 4]
+  assert [r["step"] for r in train] == [1, 2, 3, 4] and tracked == [1, 2, 3, 4]
   assert all(r["action_head/rows"] > 0 for r in train if r["step"] in tracked)
   probed = state_probe.probe(str(tmp_path), rows=4)  # What the tracking heads read, and from where.
   assert probed["step"] == 4
@@ -153,6 +173,18 @@ def test_a_state_head_run_mixes_scenes_into_the_corpus_and_tracks_the_intent(roo
 
 def calm_run_dir_of_a_linear_head(root, tmp_path):
   config = tiny(load("calm_airdialogue_quick"), root)
+  config.algorithm.head = "linear"
   config.train.update(steps=1, checkpoint_every=1)
   train_lib.run(config, str(tmp_path / "linear"))
   return str(tmp_path / "linear")
+
+
+def test_selection_plays_a_head_acting_calm_run_as_its_head_agent(calm_run):
+  config = load("calm_airdialogue_quick")
+  assert config.planning.action == "head"
+  planner = train_lib._calm_head_party(config)(
+      simulators.make_party(calm_run, simulators.AGENT))
+  assert isinstance(planner, planning.CALMPlanner) and (planner.n, planner.act) == (1, "head")
+  config.planning.action = "lm"
+  assert train_lib._calm_head_party(config) is None
+  assert train_lib._calm_head_party(load("bc_airdialogue_quick")) is None

@@ -40,6 +40,10 @@ def _config():
                  # At 0.02 this model sits for ~1,000 updates on the plateau where attention
                  # is uniform over the 38 prefix rows and tokens; 0.1 leaves it in ~100.
                  init_std=0.1)
+  # The 63-way linear head: these synthetic tables constrain only the class, where the state
+  # heads solve real AirDialogue tables (their learning is tested in test_calm_state.py).
+  c.algorithm.head = "linear"
+  c.calm_data.scene_every = 0
   c.train.update(batch_size=BATCH, steps=350)
   c.optim.update(learning_rate=3e-3, warmup_steps=20)
   return c
@@ -99,7 +103,8 @@ def _picks(model, fields_BxPxF, ids_BxT, reward_B):
                           prefix_BxPxD=model.embed_prefix(fields_BxPxF, reward_B))
   flight_logits_BxV = model.logits(hidden_BxTxD[:, 5:6])[:, 0]
   flights_BxK = flight_logits_BxV[:, FLIGHT_TOKEN:FLIGHT_TOKEN + FLIGHTS]
-  head_BxA = model.action_logits(hidden_BxTxD[:, 5], fields_BxPxF)
+  head_BxA = model.action_logits(hidden_BxTxD, mask_BxT, jnp.full(ids_BxT.shape[:1], 5),
+                                 fields_BxPxF)
   return jnp.argmax(flights_BxK, -1), jnp.argmax(head_BxA, -1)
 
 

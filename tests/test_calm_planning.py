@@ -144,7 +144,8 @@ def test_head_action_takes_status_and_flight_from_the_head_and_the_name_from_the
     fields = jnp.asarray(party.prefix_fields_BxPxF[b:b + 1])
     hidden, _ = model(tokens, jnp.arange(len(ids))[None], jnp.ones_like(tokens, bool),
                       prefix_BxPxD=model.embed_prefix(fields))
-    head_class = int(jnp.argmax(model.action_logits(hidden[:, position], fields)))
+    head_class = int(jnp.argmax(model.action_logits(hidden, jnp.ones_like(tokens, bool),
+                                                    jnp.asarray([position]), fields)))
     chosen = actions.class_action(head_class, name="Ann Lee")
     said = result.turns[-1].text
     assert said == "Done. " + action_grammar.format_action(chosen)

@@ -77,3 +77,90 @@ def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
       np.testing.assert_array_equal(blanked[..., k][~is_flight], fields_BxPxF[..., k][~is_flight])
     else:
       np.testing.assert_array_equal(blanked[..., k], fields_BxPxF[..., k])
+
+
+def _head(pooled, d_model=48, seed=0):
+  from flax import nnx
+  import types
+  cfg = types.SimpleNamespace(d_model=d_model, init_std=0.02, compute_dtype=jnp.float32,
+                              weight_dtype=jnp.float32)
+  return state.StateHead(cfg, rngs=nnx.Rngs(seed), pooled=pooled)
+
+
+def test_the_pooled_head_reads_the_states_up_to_the_marker_and_nothing_else():
+  from flax import nnx
+  head = _head(pooled=True)
+  rng = np.random.default_rng(0)
+  for p in nnx.state(head, nnx.Param).values():  # Non-zero attention scores.
+    p.set_value(jnp.asarray(rng.normal(0, 0.3, p.get_value().shape), jnp.float32))
+  hidden = jnp.asarray(rng.normal(size=(3, 10, 48)), jnp.float32)
+  mask = jnp.asarray(np.arange(10)[None] < np.array([[10], [8], [6]]))
+  position = jnp.asarray([7, 5, -1])
+  before = head.tracked(hidden, mask, position)
+  after_marker = hidden.at[0, 8:].add(5.0).at[1, 6:].add(5.0).at[2, 1:].add(5.0)
+  for x, y in zip(before, head.tracked(after_marker, mask, position)):
+    np.testing.assert_allclose(x, y, rtol=1e-6)  # Later states, padding: not read.
+  for x, y in zip(before, head.tracked(hidden.at[:, 0].add(5.0), mask, position)):
+    assert np.all(np.abs(np.asarray(x - y)).max(-1) > 1e-3)  # The first state is read by all.
+
+
+def test_with_every_state_alike_the_pooled_head_is_the_marker_readout():
+  pooled, marker = _head(pooled=True), _head(pooled=False)
+  hidden = jnp.broadcast_to(jnp.asarray(np.random.default_rng(1).normal(size=(2, 1, 48)),
+                                        jnp.float32), (2, 9, 48))
+  args = (hidden, jnp.ones((2, 9), bool), jnp.asarray([8, 3]))
+  for x, y in zip(pooled.tracked(*args), marker.tracked(*args)):
+    np.testing.assert_allclose(x, y, atol=1e-5)
+
+
+def test_the_pooled_head_learns_to_copy_a_mentioned_value_the_marker_readout_cannot():
+  """Synthetic states: position t holds its token's value (one-hot) plus a role tag ('from',
+  'to' or filler); the departure airport is the value tagged 'from', the return airport the one
+  tagged 'to', at random positions among distractors. The marker's own state says nothing."""
+  import optax
+  from flax import nnx
+  k_dep, k_ret = (state.TRACKED_NAMES.index(n) for n in ("departure_airport",
+                                                         "return_airport"))
+  airports = state.TRACKED[k_dep][1]
+  rows, length, d_model = 64, 12, 48
+  rng = np.random.default_rng(2)
+
+  def batch():
+    values_BxT = rng.integers(1, airports, (rows, length))
+    tags_BxT = np.zeros((rows, length), int)  # 0 filler, 1 'from', 2 'to'.
+    for b in range(rows):
+      i, j = rng.choice(length - 1, 2, replace=False)
+      tags_BxT[b, i], tags_BxT[b, j] = 1, 2
+    hidden = np.zeros((rows, length, d_model), np.float32)
+    hidden[np.arange(rows)[:, None], np.arange(length)[None], values_BxT] = 1.0
+    hidden[np.arange(rows)[:, None], np.arange(length)[None], airports + tags_BxT] = 1.0
+    hidden[:, -1] = 0.0  # The marker: no information of its own.
+    codes_BxK = np.zeros((rows, len(state.TRACKED)), np.int32)
+    codes_BxK[:, k_dep] = values_BxT[tags_BxT == 1]
+    codes_BxK[:, k_ret] = values_BxT[tags_BxT == 2]
+    return jnp.asarray(hidden), jnp.asarray(codes_BxK)
+
+  def accuracy(pooled):
+    head = _head(pooled, d_model)
+    optimizer = nnx.Optimizer(head, optax.adam(3e-2), wrt=nnx.Param)
+    args = (jnp.ones((rows, length), bool), jnp.full((rows,), length - 1))
+
+    @nnx.jit
+    def step(head, optimizer, hidden, codes):
+      def loss(head):
+        log_p = head.tracked(hidden, *args)
+        return sum(-jnp.take_along_axis(log_p[k], codes[:, k:k + 1], 1).mean()
+                   for k in (k_dep, k_ret))
+      value, grads = nnx.value_and_grad(loss)(head)
+      optimizer.update(head, grads)
+      return value
+
+    for _ in range(300):
+      assert np.isfinite(float(step(head, optimizer, *batch())))
+    hidden, codes = batch()
+    log_p = head.tracked(hidden, *args)
+    return np.mean([np.mean(np.asarray(jnp.argmax(log_p[k], -1)) == np.asarray(codes[:, k]))
+                    for k in (k_dep, k_ret)])
+
+  assert accuracy(pooled=True) > 0.9
+  assert accuracy(pooled=False) < 0.15  # Chance is 1/30.

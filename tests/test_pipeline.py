@@ -79,6 +79,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
     calm_run = json.load(f)
   assert calm_run["task"]["root"] == os.path.join(workdir, "calm", "relabel=True,seed=0")
   assert calm_run["algorithm"]["action_head_weight"] > 0
+  # It acts by its head (planning.action=head), so it is played as that agent, as selected.
+  assert calm_run["planning"]["action"] == "head"
+  with open(os.path.join(workdir, "eval", "eval_calm_agent_vs_scripted-volunteer.json")) as f:
+    assert json.load(f)["agent"] == "calm:n=1:" + os.path.join(workdir, "calm_agent")
   assert selected["ilql_agent"]["eval"]["best_beta"] in (0.0, 1.0, 4.0, 16.0)
   pairs = [(r["agent"], r["customer"]) for r in report["evaluation"]]
   assert pairs == [tuple(p) for p in config.evaluation.pairs]
