@@ -53,7 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
           ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm", ()),
           ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm", ()),
           ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent", ()),
-          # 500 updates: its pooled state head books from ~500 (0.2% at 200, RESULTS.md).
+          # 500 updates: its pooled state head books from ~500 (none of 5,004 at 200; RESULTS.md).
           ("calm_agent", "calm_airdialogue_quick", 500, 250, "dialogue_lm", ()),
           # A second customer (another seed: data order, dropout) that no arm trains against.
           ("bc_customer_s1", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm",
