@@ -87,7 +87,7 @@ from calm import actions, model as calm_model
 from cotraining.verbalized_sampling import take_rows
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import bc, simulators
+from ilql_dialogue import bc, init_from, simulators
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import KVCache, init_cache
@@ -451,7 +451,7 @@ def from_spec(spec: str, role: str, **lm_options: Any) -> CALMPlanner:
                      f"is a {type(party).__name__}")
   from ilql_dialogue import policy_io  # The workdir's config, read only for a checkpoint.
 
-  planning = policy_io.read_config(inner).get("planning") or {}
+  planning = policy_io.read_config(init_from.split_step(inner)[0]).get("planning") or {}
   merged = {k: options.get(k, planning.get(CONFIG_KEYS[k], default))
             for k, default in DEFAULTS.items()}
   return CALMPlanner(party, **merged)

@@ -25,7 +25,8 @@ from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from experiments import compare_agents, customer_fidelity, evaluate_lib, train_lib
-from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, policy_io, simulators, tasks
+from ilql_dialogue import (checkpointing, init_from, metrics as metrics_lib, policy_io, simulators,
+                           tasks)
 
 SPLITS = ("train", "eval")
 

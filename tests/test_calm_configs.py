@@ -187,4 +187,6 @@ def test_selection_plays_a_head_acting_calm_run_as_its_head_agent(calm_run):
   assert isinstance(planner, planning.CALMPlanner) and (planner.n, planner.act) == (1, "head")
   config.planning.action = "lm"
   assert train_lib._calm_head_party(config) is None
+  at_step = simulators.make_party(f"calm:n=1:{calm_run}@3", simulators.AGENT)  # RUN@STEP too.
+  assert isinstance(at_step, planning.CALMPlanner)
   assert train_lib._calm_head_party(load("bc_airdialogue_quick")) is None
