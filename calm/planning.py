@@ -61,7 +61,10 @@ Score: `reward_token` (default) or `head`.
                 continuation submits is the expected one, read at its
                 `[action]` marker (calm/model.py); a continuation that submits
                 nothing within the horizon scores 0. Sharper when rollouts
-                finish (late in a dialogue), blind before.
+                finish (late in a dialogue), blind before. With act=head the
+                action submitted is the head's own argmax, so the score is the
+                head's largest class probability there: how sure the agent is
+                of the action it would take after that continuation.
 
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
@@ -130,12 +133,12 @@ def _repeat_rows(cache: KVCache, replicas: int) -> KVCache:
                        valid_BxS=repeat(cache.valid_BxS))
 
 
-@functools.partial(jax.jit, static_argnames=("replicas",))
+@functools.partial(jax.jit, static_argnames=("replicas", "head_acts"))
 def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
                    fields_BxPxF: jax.Array, history_BxT: jax.Array, history_mask_BxT: jax.Array,
                    suffix_RxS: jax.Array, suffix_mask_RxS: jax.Array,
-                   action_position_R: jax.Array, action_class_R: jax.Array, *, replicas: int
-                   ) -> tuple[jax.Array, jax.Array]:
+                   action_position_R: jax.Array, action_class_R: jax.Array, *, replicas: int,
+                   head_acts: bool = False) -> tuple[jax.Array, jax.Array]:
   """(log_odds_R, head_R) of R = B * replicas rollouts (module docstring).
 
   Row b's history (right-padded, at least one real token) is shared by its
@@ -179,7 +182,8 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
   probs_RxA = jax.nn.softmax(model.action_logits(
       hidden_RxLxD, mask_RxL, jnp.where(has_block_R, history_BxT.shape[1] + action_position_R, -1),
       jnp.repeat(fields_BxPxF, replicas, axis=0)), axis=-1)
-  chosen_R = jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0]
+  chosen_R = (jnp.max(probs_RxA, axis=1) if head_acts else
+              jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0])
   head_R = jnp.where(has_block_R & (action_class_R >= 0), chosen_R, 0.0)
   return log_odds_R, head_R
 
@@ -410,7 +414,8 @@ class CALMPlanner:
     caches = tuple(init_cache(cfg, len(histories), slots) for _ in range(2))
     log_odds_R, head_R = rollout_scores(
         party.decoder, caches, jnp.asarray(party.prefix_fields_BxPxF[::r]), history_BxT,
-        history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, replicas=r)
+        history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, replicas=r,
+        head_acts=self.act == "head")
     return np.asarray(log_odds_R, np.float64), np.asarray(head_R, np.float64)
 
   def _submitted(self, seq: list[int]) -> tuple[int, int]:

@@ -37,6 +37,31 @@ def test_reward_token_score_ranks_the_successful_continuation_first():
   np.testing.assert_array_equal(head_R, 0.0)  # No action block: the head scores nothing.
 
 
+
+def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_action():
+  """Scored under every class in turn, one continuation's head scores are the head's
+  distribution (they sum to 1); a head-acting agent submits the argmax, so each scores its max."""
+  model = toy.train_reward_model()
+  batch = toy.reward_batch(np.random.default_rng(2), rows=1)
+  history_BxT = batch["input_ids"][:, :5]
+  n = actions.NUM_ACTIONS + 1  # Every class, then a block that does not parse (class -1).
+  suffix_RxS = np.tile(np.asarray([[toy.GOOD, toy.EOT]], np.int32), (n, 1))
+  slots = model.cfg.prefix_num_rows + history_BxT.shape[1] + suffix_RxS.shape[1]
+  scores = {}
+  for head_acts in (False, True):
+    caches = tuple(init_cache(model.cfg, 1, slots) for _ in range(2))
+    class_R = np.arange(n, dtype=np.int32)
+    class_R[-1] = -1
+    _, scores[head_acts] = planning.rollout_scores(
+        model, caches, jnp.asarray(batch["prefix_fields"]), history_BxT,
+        np.ones_like(history_BxT, bool), suffix_RxS, np.ones_like(suffix_RxS, bool),
+        np.zeros(n, np.int32), class_R, replicas=n, head_acts=head_acts)
+  by_class, own = np.asarray(scores[False]), np.asarray(scores[True])
+  assert by_class[-1] == own[-1] == 0.0  # A block that does not parse scores 0 either way.
+  np.testing.assert_allclose(by_class.sum(), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(own[:-1], by_class.max(), rtol=1e-5)
+  assert by_class.max() > 1.0 / actions.NUM_ACTIONS
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("root"))
