@@ -118,7 +118,7 @@ class CALMModel(nnx.Module):
     head solves the rules on) and the states up to the marker (which the pooled one reads)."""
     if isinstance(self.action_head, state.StateHead):
       return self.action_head(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
-    return self.action_head(decision_hidden(hidden_BxTxD, position_B)[:, None, :])[:, 0]
+    return self.action_head(state.marker_hidden(hidden_BxTxD, position_B)[:, None, :])[:, 0]
 
 
 def class_bits(classes: Sequence[int]) -> tuple[int, int]:
@@ -154,12 +154,6 @@ def action_head_metrics(logits_BxA: jax.Array, target_BxA: jax.Array, valid_B: j
   accuracy = (hit_B * weights_B).sum() / count
   return loss, {"action_head/loss": loss, "action_head/accuracy": accuracy,
                 "action_head/rows": weights_B.sum()}
-
-
-def decision_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
-  """hidden_BxD at each row's `[action]` marker (the first token's where it has none, -1)."""
-  index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
-  return jnp.take_along_axis(hidden_BxTxD, index_B[:, None, None], axis=1)[:, 0]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -162,6 +162,12 @@ def solve(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> jax.Array:
   ], axis=1)
 
 
+def marker_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
+  """hidden_BxD at each row's `[action]` marker (the first token's where it has none, -1)."""
+  index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
+  return jnp.take_along_axis(hidden_BxTxD, index_B[:, None, None], axis=1)[:, 0]
+
+
 class StateHead(nnx.Module):
   """Tracking heads, then `solve` (module docstring).
 
@@ -198,11 +204,11 @@ class StateHead(nnx.Module):
     """One log-normalized [B, V] posterior per TRACKED field, read up to each row's marker
     (position_B; rows without one, -1, read their first token)."""
     splits = np.cumsum(self.sizes)[:-1].tolist()
-    position_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
     if not self.pooled:
-      hidden_BxD = jnp.take_along_axis(hidden_BxTxD, position_B[:, None, None], axis=1)[:, 0]
+      hidden_BxD = marker_hidden(hidden_BxTxD, position_B)
       return [jax.nn.log_softmax(x, axis=-1)
               for x in jnp.split(self._dense(hidden_BxD, self.kernel, self.bias), splits, -1)]
+    position_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
     seen_BxT = (jnp.arange(hidden_BxTxD.shape[1]) <= position_B[:, None]) & mask_BxT
     seen_BxT = seen_BxT.at[:, 0].set(True)  # A row without a marker still reads something.
     scores_BxTxK = self._dense(hidden_BxTxD, self.attend_kernel, self.attend_bias)
