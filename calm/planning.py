@@ -65,6 +65,10 @@ Score: `reward_token` (default) or `head`.
                 action submitted is the head's own argmax, so the score is the
                 head's largest class probability there: how sure the agent is
                 of the action it would take after that continuation.
+                Measured (docs/RESULTS.md), it favours candidates that close
+                early, since an unfinished continuation scores 0: against
+                customers who reveal the intent over several turns, planning
+                by it loses to the greedy reply.
 
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.

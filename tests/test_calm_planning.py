@@ -37,7 +37,6 @@ def test_reward_token_score_ranks_the_successful_continuation_first():
   np.testing.assert_array_equal(head_R, 0.0)  # No action block: the head scores nothing.
 
 
-
 def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_action():
   """Scored under every class in turn, one continuation's head scores are the head's
   distribution (they sum to 1); a head-acting agent submits the argmax, so each scores its max."""
