@@ -61,6 +61,7 @@ def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_ac
   np.testing.assert_allclose(own[:-1], by_class.max(), rtol=1e-5)
   assert by_class.max() > 1.0 / actions.NUM_ACTIONS
 
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
   root = str(tmp_path_factory.mktemp("root"))
