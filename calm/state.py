@@ -42,7 +42,7 @@ from flax import nnx
 
 from calm import actions
 from data_pipelines.airdialogue import context as context_lib, schema
-from ilql_dialogue.models.layers import normal, param, zeros
+from ilql_dialogue.models.layers import dense, normal, param, zeros
 from ilql_dialogue.tasks import airdialogue
 
 FIELD = airdialogue.FIELD
@@ -196,8 +196,8 @@ class StateHead(nnx.Module):
       self.attend_bias = param(rngs, zeros, (len(TRACKED),), (None,), cfg.weight_dtype)
 
   def _dense(self, hidden: jax.Array, kernel: nnx.Param, bias: nnx.Param) -> jax.Array:
-    return jnp.einsum("...d,dv->...v", hidden.astype(self.dtype), kernel[...].astype(self.dtype),
-                      preferred_element_type=jnp.float32) + bias[...].astype(jnp.float32)
+    return dense(hidden.astype(self.dtype), kernel[...].astype(self.dtype),
+                 preferred_element_type=jnp.float32) + bias[...].astype(jnp.float32)
 
   def tracked(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array
               ) -> list[jax.Array]:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ilql_dialogue.models.config import ModelConfig
-from ilql_dialogue.models.layers import normal, param, zeros
+from ilql_dialogue.models.layers import dense, normal, param, zeros
 
 
 def rope_cos_sin(positions_BxT: jax.Array, head_dim: int, theta: float,
@@ -61,8 +61,7 @@ class Attention(nnx.Module):
   def qkv(self, x_BxTxD: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
           ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Projects to q [B, T, K, G, H] and k, v [B, T, K, H], rotated if `rope`."""
-    qkv_BxTxKxCxH = jnp.einsum("btd,dkch->btkch", x_BxTxD,
-                               self.qkv_kernel[...].astype(self.dtype))
+    qkv_BxTxKxCxH = dense(x_BxTxD, self.qkv_kernel[...].astype(self.dtype))
     if self.qkv_bias is not None:
       qkv_BxTxKxCxH = qkv_BxTxKxCxH + self.qkv_bias[...].astype(self.dtype)
     g = self.num_groups
@@ -76,8 +75,8 @@ class Attention(nnx.Module):
 
   def out(self, attn_BxTxKxGxH: jax.Array) -> jax.Array:
     b, t, k, g, h = attn_BxTxKxGxH.shape
-    y_BxTxD = jnp.einsum("btnh,nhd->btd", attn_BxTxKxGxH.reshape(b, t, k * g, h),
-                         self.out_kernel[...].astype(self.dtype))
+    y_BxTxD = dense(attn_BxTxKxGxH.reshape(b, t, k * g, h),
+                    self.out_kernel[...].astype(self.dtype), n_in=2)
     if self.out_bias is not None:
       y_BxTxD = y_BxTxD + self.out_bias[...].astype(self.dtype)
     return y_BxTxD

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from ilql_dialogue.models.config import ModelConfig
-from ilql_dialogue.models.layers import normal, param, zeros
+from ilql_dialogue.models.layers import dense, normal, param, zeros
 
 
 class Head(nnx.Module):
@@ -40,10 +40,9 @@ class Head(nnx.Module):
   def __call__(self, hidden_BxNxD: jax.Array) -> jax.Array:
     h = hidden_BxNxD.astype(self.dtype)
     if self.hidden_kernel is not None:
-      h = jax.nn.relu(h @ self.hidden_kernel[...].astype(self.dtype)
+      h = jax.nn.relu(dense(h, self.hidden_kernel[...].astype(self.dtype))
                       + self.hidden_bias[...].astype(self.dtype))
-    out = jnp.einsum("...d,do->...o", h, self.out_kernel[...].astype(self.dtype),
-                     preferred_element_type=jnp.float32)
+    out = dense(h, self.out_kernel[...].astype(self.dtype), preferred_element_type=jnp.float32)
     return out + self.out_bias[...].astype(jnp.float32)
 
 

@@ -1,4 +1,4 @@
-"""Parameter helper, norms and feed-forward blocks of both families.
+"""Parameter helper, the projection every layer uses, norms and feed-forward blocks.
 
 Every weight is created through `param`, which attaches logical axis names
 (the fixed vocabulary below) so ilql_dialogue/sharding.py can place any
@@ -9,6 +9,8 @@ taken in float32, as both reference implementations do.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Callable
 
 import jax
@@ -41,6 +43,74 @@ def normal(std: float) -> Initializer:
 
 zeros: Initializer = nnx.initializers.zeros
 ones: Initializer = nnx.initializers.ones
+
+
+def dense(x: jax.Array, kernel: jax.Array, *, n_in: int = 1, transposed: bool = False,
+          preferred_element_type: jnp.dtype | None = None) -> jax.Array:
+  """x's last `n_in` axes contracted with the kernel's first `n_in` (its last, if `transposed`).
+
+  Computed as one 2-D matmul over x's flattened leading axes. Why: with the
+  leading [B, T] axes kept, XLA:CPU computes the weight gradient of
+  `x_BxTxD @ W` as a dot of two transposed operands, after physically
+  transposing the output gradient; that dot alone was 3.2x slower than the
+  same product with one operand transposed (docs/BENCHMARKS.md). Flattened,
+  the weight gradient is a plain [N, I]^T [N, O] product. The reshapes merge
+  whole axes, so a batch sharded over the mesh stays sharded.
+  """
+  lead = x.shape[:x.ndim - n_in]
+  if transposed:
+    in_shape, out_shape = kernel.shape[kernel.ndim - n_in:], kernel.shape[:kernel.ndim - n_in]
+  else:
+    in_shape, out_shape = kernel.shape[:n_in], kernel.shape[n_in:]
+  if x.shape[x.ndim - n_in:] != in_shape:
+    raise ValueError(f"dense: x {x.shape} does not contract with kernel {kernel.shape}")
+  x_NxI = x.reshape(math.prod(lead), math.prod(in_shape))
+  kernel_2d = (kernel.reshape(math.prod(out_shape), -1) if transposed
+               else kernel.reshape(math.prod(in_shape), -1))
+  matmul = _matmul_cpu if jax.default_backend() == "cpu" else _matmul
+  return matmul(x_NxI, kernel_2d, transposed, preferred_element_type).reshape(lead + out_shape)
+
+
+def _matmul(x_NxI: jax.Array, kernel_2d: jax.Array, transposed: bool,
+            preferred_element_type: jnp.dtype | None) -> jax.Array:
+  """y_NxO = x_NxI kernel, the kernel [I, O], or [O, I] if `transposed`."""
+  return jax.lax.dot_general(x_NxI, kernel_2d, (((1,), (1 if transposed else 0,)), ((), ())),
+                             preferred_element_type=preferred_element_type)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _matmul_cpu(x_NxI, kernel_2d, transposed, preferred_element_type):
+  """`_matmul`, with the kernel's gradient computed in the layout XLA:CPU is fast at.
+
+  The gradient [R, C] is a product A^T B contracting the N rows. XLA:CPU's
+  matmul (YNNPACK) ran that 1.8-1.9x slower when R > C (an MLP's down
+  projection, the tied embedding) than the [C, R] product B^T A, transposed
+  afterwards; the barrier keeps XLA from folding that transpose back into
+  the dot. Measured in docs/BENCHMARKS.md.
+  """
+  return _matmul(x_NxI, kernel_2d, transposed, preferred_element_type)
+
+
+def _matmul_cpu_forward(x_NxI, kernel_2d, transposed, preferred_element_type):
+  return _matmul(x_NxI, kernel_2d, transposed, preferred_element_type), (x_NxI, kernel_2d)
+
+
+def _matmul_cpu_backward(transposed, preferred_element_type, residuals, dy_NxO):
+  del preferred_element_type
+  x_NxI, kernel_2d = residuals
+  dx_NxI = jax.lax.dot_general(dy_NxO, kernel_2d, (((1,), (0 if transposed else 1,)), ((), ())),
+                               preferred_element_type=jnp.float32).astype(x_NxI.dtype)
+  a, b = (dy_NxO, x_NxI) if transposed else (x_NxI, dy_NxO)  # dkernel = a^T b, contracting N.
+  contract_rows = (((0,), (0,)), ((), ()))
+  if kernel_2d.shape[0] > kernel_2d.shape[1]:
+    dkernel = jax.lax.optimization_barrier(
+        jax.lax.dot_general(b, a, contract_rows, preferred_element_type=jnp.float32)).T
+  else:
+    dkernel = jax.lax.dot_general(a, b, contract_rows, preferred_element_type=jnp.float32)
+  return dx_NxI, dkernel.astype(kernel_2d.dtype)
+
+
+_matmul_cpu.defvjp(_matmul_cpu_forward, _matmul_cpu_backward)
 
 
 class LayerNorm(nnx.Module):
@@ -93,11 +163,11 @@ class GeluMLP(nnx.Module):
     self.down_bias = param(rngs, zeros, (cfg.d_model,), ("embed",), pd) if cfg.mlp_bias else None
 
   def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
-    h_BxTxF = x_BxTxD @ self.up_kernel[...].astype(self.dtype)
+    h_BxTxF = dense(x_BxTxD, self.up_kernel[...].astype(self.dtype))
     if self.up_bias is not None:
       h_BxTxF = h_BxTxF + self.up_bias[...].astype(self.dtype)
     h_BxTxF = jax.nn.gelu(h_BxTxF, approximate=True)
-    y_BxTxD = h_BxTxF @ self.down_kernel[...].astype(self.dtype)
+    y_BxTxD = dense(h_BxTxF, self.down_kernel[...].astype(self.dtype))
     if self.down_bias is not None:
       y_BxTxD = y_BxTxD + self.down_bias[...].astype(self.dtype)
     return y_BxTxD
@@ -122,11 +192,11 @@ class SwiGLU(nnx.Module):
     self.down_bias = param(rngs, zeros, (cfg.d_model,), ("embed",), pd) if cfg.mlp_bias else None
 
   def __call__(self, x_BxTxD: jax.Array) -> jax.Array:
-    h_BxTx2xF = jnp.einsum("btd,dcf->btcf", x_BxTxD, self.gate_up_kernel[...].astype(self.dtype))
+    h_BxTx2xF = dense(x_BxTxD, self.gate_up_kernel[...].astype(self.dtype))
     if self.gate_up_bias is not None:
       h_BxTx2xF = h_BxTx2xF + self.gate_up_bias[...].astype(self.dtype)
     h_BxTxF = jax.nn.silu(h_BxTx2xF[:, :, 0]) * h_BxTx2xF[:, :, 1]
-    y_BxTxD = h_BxTxF @ self.down_kernel[...].astype(self.dtype)
+    y_BxTxD = dense(h_BxTxF, self.down_kernel[...].astype(self.dtype))
     if self.down_bias is not None:
       y_BxTxD = y_BxTxD + self.down_bias[...].astype(self.dtype)
     return y_BxTxD

@@ -56,7 +56,7 @@ from ilql_dialogue.models import attention_kernels
 from ilql_dialogue.models.attention import Attention, rope_cos_sin
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.kv_cache import KVCache
-from ilql_dialogue.models.layers import make_mlp, make_norm, normal, param
+from ilql_dialogue.models.layers import dense, make_mlp, make_norm, normal, param
 
 
 Attend = Callable[[jax.Array, jax.Array, jax.Array], tuple[jax.Array, Any]]
@@ -197,10 +197,10 @@ class Transformer(nnx.Module):
     """float32 vocabulary logits for hidden states of any leading shape."""
     dtype = self.cfg.compute_dtype
     if self.lm_head is None:
-      return jnp.einsum("...d,vd->...v", hidden_BxNxD.astype(dtype),
-                        self.embed[...].astype(dtype), preferred_element_type=jnp.float32)
-    return jnp.einsum("...d,dv->...v", hidden_BxNxD.astype(dtype),
-                      self.lm_head[...].astype(dtype), preferred_element_type=jnp.float32)
+      return dense(hidden_BxNxD.astype(dtype), self.embed[...].astype(dtype), transposed=True,
+                   preferred_element_type=jnp.float32)
+    return dense(hidden_BxNxD.astype(dtype), self.lm_head[...].astype(dtype),
+                 preferred_element_type=jnp.float32)
 
 
 @contextlib.contextmanager
