@@ -13,7 +13,9 @@ from ilql_dialogue.models import attention_kernels as ak
 
 TOL = 1e-5
 ON_GPU = jax.default_backend() == "gpu"
-CPU_PATHS = [("blocked", 4), ("blocked", 5), ("blocked", 64), ("xla", 128), ("reference", 128)]
+# splash runs in Pallas' interpreter off TPU: the TPU kernel's own arithmetic, slowly.
+CPU_PATHS = [("blocked", 4), ("blocked", 5), ("blocked", 64), ("xla", 128), ("reference", 128),
+             ("splash", 128)]
 
 
 def _qkv(key, batch, slots, kv_heads, groups, head_dim=8):
@@ -54,7 +56,7 @@ def test_attend_block_matches_reference(impl, block, prefix_len, bidirectional, 
   _close_at_valid(valid, got, _reference(q, k, v, valid, prefix_len, bidirectional))
 
 
-@pytest.mark.parametrize("impl,block", CPU_PATHS[:2] + CPU_PATHS[3:4])
+@pytest.mark.parametrize("impl,block", CPU_PATHS[:2] + CPU_PATHS[3:4] + CPU_PATHS[5:])
 def test_attend_block_gradients_match_reference(impl, block):
   """The blocked path skips masked work in the backward pass too, with the same gradient."""
   q, k, v = _qkv(jax.random.key(7), 3, 13, 2, 2)
@@ -117,7 +119,7 @@ def _hidden(model, tokens, mask, prefix):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-@pytest.mark.parametrize("impl,block", CPU_PATHS[:3] + CPU_PATHS[3:4])
+@pytest.mark.parametrize("impl,block", CPU_PATHS[:3] + CPU_PATHS[3:4] + CPU_PATHS[5:])
 @pytest.mark.parametrize("with_prefix", [False, True])
 def test_trunk_paths_match_reference_trunk(family, impl, block, with_prefix):
   """Same parameters (the tree does not depend on the path), same hidden states."""

@@ -10,7 +10,10 @@
     cudnn      jax.nn.dot_product_attention(implementation="cudnn"): cuDNN flash
                attention on NVIDIA GPUs (float16/bfloat16 only), which skips the
                masked tiles of a causal mask.
-    auto       blocked on CPU; cudnn on GPU in 16-bit compute at even lengths, else xla.
+    splash     The Pallas splash-attention kernel on TPU (models/splash_attention.py),
+               which also skips masked tiles; off TPU it runs interpreted (tests).
+    auto       blocked on CPU; cudnn on GPU in 16-bit compute at even lengths, else
+               xla; splash on TPU.
 
 `attend_block` is the cache-free path (training, scoring): a block of T slots
 over itself. `attend_cache` is the decoding path: new queries over a layer's
@@ -31,7 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-IMPLEMENTATIONS = ("auto", "reference", "blocked", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "reference", "blocked", "xla", "cudnn", "splash")
 
 
 def resolve(impl: str, compute_dtype: jnp.dtype, length: int = 0) -> str:
@@ -48,6 +51,8 @@ def resolve(impl: str, compute_dtype: jnp.dtype, length: int = 0) -> str:
     return "blocked"
   if platform == "gpu" and jnp.dtype(compute_dtype).itemsize == 2 and length % 2 == 0:
     return "cudnn"
+  if platform == "tpu":
+    return "splash"
   return "xla"
 
 
@@ -206,6 +211,10 @@ def attend_block(impl: str, q_BxTxKxGxH: jax.Array, k_BxTxKxH: jax.Array,
   if impl in ("xla", "cudnn"):
     return jax_nn(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, valid_BxT, prefix_len,
                   prefix_bidirectional, impl)
+  if impl == "splash":  # Imported on use: the Pallas TPU modules are no dependency elsewhere.
+    from ilql_dialogue.models import splash_attention
+    return splash_attention.splash(q_BxTxKxGxH, k_BxTxKxH, v_BxTxKxH, valid_BxT, prefix_len,
+                                   prefix_bidirectional)
   k_BxKxTxH, v_BxKxTxH = jnp.swapaxes(k_BxTxKxH, 1, 2), jnp.swapaxes(v_BxTxKxH, 1, 2)
   if impl == "blocked":
     return blocked(q_BxTxKxGxH, k_BxKxTxH, v_BxKxTxH, valid_BxT, prefix_len,

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 FAMILIES = ("gpt2", "llama")
 DTYPES = ("float32", "bfloat16", "float16")
 # models.attention_kernels.IMPLEMENTATIONS (kept here so the config imports no jax code).
-ATTENTION_IMPLS = ("auto", "reference", "blocked", "xla", "cudnn")
+ATTENTION_IMPLS = ("auto", "reference", "blocked", "xla", "cudnn", "splash")
 # jax.checkpoint_policies names accepted for `remat_policy`.
 REMAT_POLICIES = (
     "nothing_saveable",
