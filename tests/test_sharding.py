@@ -1,17 +1,14 @@
 """Mesh rules, and a sharded train step on 8 fake CPU devices vs one device."""
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
+from fake_devices import run_on_eight_devices
 from ilql_dialogue import sharding
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESH_222 = AbstractMesh((2, 2, 2), sharding.MESH_AXES)
 
 
@@ -116,11 +113,4 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_step_matches_single_device_on_eight_fake_devices():
-  # Optimization level 0 halves XLA's CPU compile time; both runs use it.
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=8 "
-                      "--xla_backend_optimization_level=0"}
-  result = subprocess.run([sys.executable, "-c", _EIGHT_DEVICE_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-  assert "SHARDED_OK" in result.stdout
+  run_on_eight_devices(_EIGHT_DEVICE_SCRIPT, "SHARDED_OK")

@@ -5,9 +5,6 @@ blocks (forward, gradients, whole trunks). Here: lengths that span several
 kernel blocks, and the shard_map placement under an eight-device mesh.
 """
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -15,10 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from fake_devices import run_on_eight_devices
 from ilql_dialogue.models import attention_kernels as ak
 from ilql_dialogue.models import splash_attention
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_block_is_the_largest_that_divides_the_padded_length():
@@ -91,10 +87,4 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent("""
 def test_splash_under_a_mesh_runs_per_shard_and_matches_the_reference():
   """A Pallas call is opaque to XLA's partitioner: under a (data, fsdp, tensor) mesh it runs
   under shard_map, rows over the batch axes and kv heads over tensor."""
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=8 "
-                      "--xla_backend_optimization_level=0"}
-  result = subprocess.run([sys.executable, "-c", _EIGHT_DEVICE_SCRIPT], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-  assert "SPLASH_SHARDED_OK" in result.stdout
+  run_on_eight_devices(_EIGHT_DEVICE_SCRIPT, "SPLASH_SHARDED_OK")
