@@ -18,11 +18,13 @@ logits processor's arrays or modules. Static: shapes, `max_new_tokens`, the
 processor's type/structure, the cache length and the attended window.
 
 `generate` attends only over the filled part of the cache: its loop runs on
-a window of the first slots up to the last one this call can write, rounded
-up to `ATTEND_BUCKET` times a power of two (one compile per bucket, so at
-most a handful per dialogue), copied out once before the
-loop and written back once after it. A cache sized for a whole episode then
-costs each step only what the history so far holds. The layers decode from
+a window of the first slots, the filled ones rounded up to `ATTEND_BUCKET`
+times a power of two, copied out once before the loop and written back once
+after it. When a call's tokens cross into the next bucket, the loop goes on
+in a window twice as wide (one `while_loop` per window, all in one compiled
+call keyed by the windows, so a handful of compiles per dialogue). A cache
+sized for a whole episode then costs each step only what the history so far
+holds. The layers decode from
 per-layer parameters sliced once before the loop (`hoisted_layers`).
 
 Randomness: `rng` is one key for the batch, or B keys (one per row, a
@@ -145,21 +147,37 @@ def _absorb_block(model: Any, cache: KVCache, last_hidden_BxD: jax.Array,
   return DecodeState(cache=cache, last_hidden_BxD=last_hidden_BxD, lengths_B=lengths_B + num_real_B)
 
 
-@functools.partial(jax.jit, donate_argnames=("cache",))
-def _prefill(model, cache, tokens_BxT, mask_BxT, prefix_BxPxD):
+def _absorb_in_window(model: Any, state: DecodeState, tokens_BxT: jax.Array,
+                     mask_BxT: jax.Array, prefix_BxPxD: jax.Array | None,
+                     window: int) -> DecodeState:
+  """`_absorb_block` over the cache's first `window` slots, which hold every slot it writes.
+
+  The block's queries attend over the window instead of the whole buffer: a
+  cache sized for an episode (1024 slots in rollouts) made a 32-token prefill
+  at batch 64 four times slower than one sized for it, attending over empty
+  slots (docs/BENCHMARKS.md).
+  """
+  full_cache = state.cache
+  state = _absorb_block(model, full_cache.window(window), state.last_hidden_BxD,
+                        state.lengths_B, tokens_BxT, mask_BxT, prefix_BxPxD)
+  return state.replace(cache=full_cache.write_window(state.cache))
+
+
+@functools.partial(jax.jit, static_argnames=("window",), donate_argnames=("cache",))
+def _prefill(model, cache, tokens_BxT, mask_BxT, prefix_BxPxD, *, window):
   # The empty cache comes in as an argument: created inside jit it would be
   # a constant, and XLA spends seconds constant-folding attention over it.
   batch = tokens_BxT.shape[0]
-  last_hidden_BxD = jnp.zeros((batch, model.cfg.d_model), jnp.dtype(model.cfg.dtype))
-  lengths_B = jnp.zeros((batch,), jnp.int32)
-  return _absorb_block(model, cache, last_hidden_BxD, lengths_B, tokens_BxT, mask_BxT,
-                       prefix_BxPxD)
+  state = DecodeState(cache=cache,
+                      last_hidden_BxD=jnp.zeros((batch, model.cfg.d_model),
+                                                jnp.dtype(model.cfg.dtype)),
+                      lengths_B=jnp.zeros((batch,), jnp.int32))
+  return _absorb_in_window(model, state, tokens_BxT, mask_BxT, prefix_BxPxD, window)
 
 
-@functools.partial(jax.jit, donate_argnames=("state",))
-def _append(model, state, tokens_BxT, mask_BxT):
-  return _absorb_block(model, state.cache, state.last_hidden_BxD, state.lengths_B,
-                       tokens_BxT, mask_BxT)
+@functools.partial(jax.jit, static_argnames=("window",), donate_argnames=("state",))
+def _append(model, state, tokens_BxT, mask_BxT, *, window):
+  return _absorb_in_window(model, state, tokens_BxT, mask_BxT, None, window)
 
 
 def _check_block(name: str, tokens_BxT: Any, mask_BxT: Any, batch_size: int | None = None) -> None:
@@ -208,7 +226,8 @@ def prefill(model: Any, tokens_BxT: jax.Array, mask_BxT: jax.Array, *, max_len: 
     raise ValueError(f"prefill: {tokens_BxT.shape[1]} tokens exceed the model's "
                      f"max_seq_len={model.cfg.max_seq_len}")
   cache = init_cache(model.cfg, tokens_BxT.shape[0], max_len)
-  return _prefill(model, cache, tokens_BxT, mask_BxT, prefix_BxPxD)
+  return _prefill(model, cache, tokens_BxT, mask_BxT, prefix_BxPxD,
+                  window=attend_window(max_len, num_prefix + tokens_BxT.shape[1]))
 
 
 def append(model: Any, state: DecodeState, tokens_BxT: jax.Array,
@@ -220,8 +239,9 @@ def append(model: Any, state: DecodeState, tokens_BxT: jax.Array,
   """
   tokens_BxT, mask_BxT = jnp.asarray(tokens_BxT, jnp.int32), jnp.asarray(mask_BxT, jnp.bool_)
   _check_block("append", tokens_BxT, mask_BxT, state.cache.batch_size)
-  _check_capacity("append", model, state, tokens_BxT.shape[1], jnp.sum(mask_BxT, axis=1))
-  return _append(model, state, tokens_BxT, mask_BxT)
+  used = _check_capacity("append", model, state, tokens_BxT.shape[1], jnp.sum(mask_BxT, axis=1))
+  return _append(model, state, tokens_BxT, mask_BxT,
+                 window=attend_window(state.cache.max_len, used + tokens_BxT.shape[1]))
 
 
 def fold_in(rng: jax.Array, data: jax.Array) -> jax.Array:
@@ -277,15 +297,12 @@ class _Loop:
   generated_B: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_new_tokens", "attend_len"),
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "windows"),
                    donate_argnames=("state",))
-def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend_len):
+def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, windows):
   batch = state.lengths_B.shape[0]
   full_cache = state.cache
-  state = state.replace(cache=full_cache.window(attend_len))
-
-  def cond(loop: _Loop) -> jax.Array:
-    return (loop.step < max_new_tokens) & ~jnp.all(loop.done_B)
+  state = state.replace(cache=full_cache.window(windows[0]))
 
   def body(loop: _Loop) -> _Loop:
     st = loop.state
@@ -315,6 +332,11 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
             loop.logprobs_BxN, logprobs_B[:, None], (0, loop.step)),
         generated_B=generated_B)
 
+  def running(loop: _Loop, window: int) -> jax.Array:
+    """Some row still decodes and the next token's slot lies inside `window`."""
+    return ((loop.step < max_new_tokens) & ~jnp.all(loop.done_B)
+            & (loop.state.cache.index < window))
+
   loop = _Loop(
       step=jnp.zeros((), jnp.int32),
       state=state,
@@ -323,7 +345,11 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
       logprobs_BxN=jnp.zeros((batch, max_new_tokens), jnp.float32),
       generated_B=jnp.zeros((batch,), jnp.int32))
   with hoisted_layers(model):
-    loop = jax.lax.while_loop(cond, body, loop)
+    for i, window in enumerate(windows):
+      if i:  # The next phase attends over a window twice as wide.
+        loop = loop.replace(state=loop.state.replace(
+            cache=full_cache.window(window).write_window(loop.state.cache)))
+      loop = jax.lax.while_loop(functools.partial(running, window=window), body, loop)
   state = loop.state.replace(cache=full_cache.write_window(loop.state.cache))
   return state, loop.tokens_BxN, loop.logprobs_BxN, loop.generated_B
 
@@ -334,6 +360,19 @@ def attend_window(max_len: int, last_slot: int) -> int:
   while window < last_slot:
     window *= 2
   return min(max_len, window)
+
+
+def attend_windows(max_len: int, first_slot: int, last_slot: int) -> tuple[int, ...]:
+  """The growing windows of a loop whose tokens fill slots [first_slot, last_slot).
+
+  Each phase attends over the bucket that holds the slots written so far:
+  from the one holding the first new token's slot, doubling, up to the one
+  holding the last.
+  """
+  windows = [attend_window(max_len, first_slot + 1)]
+  while windows[-1] < attend_window(max_len, last_slot):
+    windows.append(min(max_len, 2 * windows[-1]))
+  return tuple(windows)
 
 
 def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Array, *,
@@ -351,6 +390,6 @@ def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Ar
   if params.temperature_B.shape != (batch,):
     raise ValueError(f"generate: sampling params for {params.temperature_B.shape} rows, state has {batch}")
   used = _check_capacity("generate", model, state, max_new_tokens, jnp.asarray(max_new_tokens))
-  attend_len = attend_window(state.cache.max_len, used + max_new_tokens)
+  windows = attend_windows(state.cache.max_len, used, used + max_new_tokens)
   return _generate(model, state, params, rng, jnp.asarray(pad_id, jnp.int32), hook,
-                   max_new_tokens=max_new_tokens, attend_len=attend_len)
+                   max_new_tokens=max_new_tokens, windows=windows)
