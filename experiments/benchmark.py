@@ -294,8 +294,8 @@ def ours_decode(model: nnx.Module, prompts_BxP: np.ndarray, new_tokens: int,
     state = sampler.prefill(model, prompts_BxP, mask_BxP, max_len=max_len)
     return sampler._generate.lower(model, state, params, jax.random.key(0), jnp.int32(0), None,
                                    max_new_tokens=new_tokens,
-                                   windows=sampler.attend_windows(
-                                       max_len, prompt_len, prompt_len + new_tokens)).compile()
+                                   attend_len=sampler.attend_window(
+                                       max_len, prompt_len + new_tokens)).compile()
 
   return {"total_s": measure(run, repeats), "tokens": out["tokens"],
           "prefill_s": median_seconds(prefill, repeats), "profile": (run, compile_generate)}

@@ -170,29 +170,19 @@ def test_decoding_over_a_window_of_a_long_cache_changes_nothing(gpt2):
                              jnp.where(valid, state.cache.k_BxKxSxH[1], 0), atol=2e-5)
 
 
-def test_decoding_into_a_wider_window_changes_nothing(model):
-  """A call whose tokens cross a bucket decodes as one loop over the whole cache does."""
-  assert sampler.attend_windows(80, 56, 56 + 2 * NEW) == (64, 80)
-  assert sampler.attend_windows(1024, 56, 56 + 2 * NEW) == (64, 128)
-  assert sampler.attend_windows(1024, 100, 110) == (128,)
-  tokens, mask = _pad(PROMPTS, 56, "left")  # Slots 56-71 hold the new tokens.
-  params = _greedy(3, max_new_tokens=2 * NEW)
-  pad_id = jnp.asarray(0, jnp.int32)
-  results = []
-  for windows in ((64, 80), (80,)):
-    state = sampler.prefill(model, tokens, mask, max_len=80)
-    results.append(jax.device_get(sampler._generate(
-        model, state, params, jax.random.key(0), pad_id, None, max_new_tokens=2 * NEW,
-        windows=windows)))
-  (state, got, logprobs, lengths), (one_state, one_got, one_logprobs, one_lengths) = results
-  np.testing.assert_array_equal(got, one_got)
-  np.testing.assert_allclose(logprobs, one_logprobs, atol=2e-5)
-  np.testing.assert_array_equal(lengths, [2 * NEW] * 3)
-  assert int(state.cache.index) == int(one_state.cache.index) == 56 + 2 * NEW
-  np.testing.assert_array_equal(state.cache.valid_BxS, one_state.cache.valid_BxS)
-  valid = state.cache.valid_BxS[:, None, :, None]
-  np.testing.assert_allclose(np.where(valid, state.cache.v_BxKxSxH[0], 0),
-                             np.where(valid, one_state.cache.v_BxKxSxH[0], 0), atol=2e-5)
+def test_appends_compile_once_per_window(gpt2):
+  """Appends attend over the filled window: a new compile only when it doubles."""
+  state = sampler.prefill(gpt2, *_pad(PROMPTS, 8, "left"), max_len=160)
+  block = _pad([[3, 4], [5], [6, 7, 8]], 4, "right")
+  state = sampler.append(gpt2, state, *block)  # Slots 8-11: the 64-slot window.
+  compiled = sampler._append._cache_size()
+  for _ in range(12):  # Up to slot 59.
+    state = sampler.append(gpt2, state, *block)
+  assert sampler._append._cache_size() == compiled
+  for _ in range(2):  # Slots 60-67: the first call needs the 128-slot window.
+    state = sampler.append(gpt2, state, *block)
+  assert sampler._append._cache_size() == compiled + 1
+  assert int(state.cache.index) == 68
 
 
 def test_prompt_and_row_lengths_within_a_width_do_not_recompile(gpt2):

@@ -17,14 +17,12 @@ temperature, top-k, top-p, stop ids, per-row length limits, the pad id and any
 logits processor's arrays or modules. Static: shapes, `max_new_tokens`, the
 processor's type/structure, the cache length and the attended window.
 
-`generate` attends only over the filled part of the cache: its loop runs on
-a window of the first slots, the filled ones rounded up to `ATTEND_BUCKET`
-times a power of two, copied out once before the loop and written back once
-after it. When a call's tokens cross into the next bucket, the loop goes on
-in a window twice as wide (one `while_loop` per window, all in one compiled
-call keyed by the windows, so a handful of compiles per dialogue). A cache
-sized for a whole episode then costs each step only what the history so far
-holds. The layers decode from
+Every call attends only over the filled part of the cache: it runs on a
+window of the first slots up to the last one it can write, rounded up to
+`ATTEND_BUCKET` times a power of two (one compile per bucket, so at most a
+handful per dialogue), copied out once and written back once. A cache sized
+for a whole episode then costs each prefill, append and decode step only
+what the history so far holds. The layers decode from
 per-layer parameters sliced once before the loop (`hoisted_layers`).
 
 Randomness: `rng` is one key for the batch, or B keys (one per row, a
@@ -297,12 +295,15 @@ class _Loop:
   generated_B: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_new_tokens", "windows"),
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "attend_len"),
                    donate_argnames=("state",))
-def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, windows):
+def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend_len):
   batch = state.lengths_B.shape[0]
   full_cache = state.cache
-  state = state.replace(cache=full_cache.window(windows[0]))
+  state = state.replace(cache=full_cache.window(attend_len))
+
+  def cond(loop: _Loop) -> jax.Array:
+    return (loop.step < max_new_tokens) & ~jnp.all(loop.done_B)
 
   def body(loop: _Loop) -> _Loop:
     st = loop.state
@@ -332,11 +333,6 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, window
             loop.logprobs_BxN, logprobs_B[:, None], (0, loop.step)),
         generated_B=generated_B)
 
-  def running(loop: _Loop, window: int) -> jax.Array:
-    """Some row still decodes and the next token's slot lies inside `window`."""
-    return ((loop.step < max_new_tokens) & ~jnp.all(loop.done_B)
-            & (loop.state.cache.index < window))
-
   loop = _Loop(
       step=jnp.zeros((), jnp.int32),
       state=state,
@@ -345,11 +341,7 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, window
       logprobs_BxN=jnp.zeros((batch, max_new_tokens), jnp.float32),
       generated_B=jnp.zeros((batch,), jnp.int32))
   with hoisted_layers(model):
-    for i, window in enumerate(windows):
-      if i:  # The next phase attends over a window twice as wide.
-        loop = loop.replace(state=loop.state.replace(
-            cache=full_cache.window(window).write_window(loop.state.cache)))
-      loop = jax.lax.while_loop(functools.partial(running, window=window), body, loop)
+    loop = jax.lax.while_loop(cond, body, loop)
   state = loop.state.replace(cache=full_cache.write_window(loop.state.cache))
   return state, loop.tokens_BxN, loop.logprobs_BxN, loop.generated_B
 
@@ -360,19 +352,6 @@ def attend_window(max_len: int, last_slot: int) -> int:
   while window < last_slot:
     window *= 2
   return min(max_len, window)
-
-
-def attend_windows(max_len: int, first_slot: int, last_slot: int) -> tuple[int, ...]:
-  """The growing windows of a loop whose tokens fill slots [first_slot, last_slot).
-
-  Each phase attends over the bucket that holds the slots written so far:
-  from the one holding the first new token's slot, doubling, up to the one
-  holding the last.
-  """
-  windows = [attend_window(max_len, first_slot + 1)]
-  while windows[-1] < attend_window(max_len, last_slot):
-    windows.append(min(max_len, 2 * windows[-1]))
-  return tuple(windows)
 
 
 def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Array, *,
@@ -390,6 +369,6 @@ def generate(model: Any, state: DecodeState, params: SamplingParams, rng: jax.Ar
   if params.temperature_B.shape != (batch,):
     raise ValueError(f"generate: sampling params for {params.temperature_B.shape} rows, state has {batch}")
   used = _check_capacity("generate", model, state, max_new_tokens, jnp.asarray(max_new_tokens))
-  windows = attend_windows(state.cache.max_len, used, used + max_new_tokens)
+  attend_len = attend_window(state.cache.max_len, used + max_new_tokens)
   return _generate(model, state, params, rng, jnp.asarray(pad_id, jnp.int32), hook,
-                   max_new_tokens=max_new_tokens, windows=windows)
+                   max_new_tokens=max_new_tokens, attend_len=attend_len)
