@@ -1,6 +1,6 @@
 """Rollout throughput: the cache-keeping engine against re-prefilling the history every turn.
 
-    python -m cotraining.benchmark [--batch=16 --turns=10,20 --max_new_tokens=32]
+    python -m cotraining.benchmark [--batch=16 --turns=10,20 --max_new_tokens=32 --repeats=5]
 
 Both sides play the same AirDialogue dialogues: an agent LM of the quick
 configs' shape (2 Llama layers of width 128, the flight table as a
@@ -8,8 +8,9 @@ structured prefix, untrained weights, so every dialogue runs to the turn
 limit) against the scripted volunteer customer, decoded greedily. One side
 keeps each row's KV cache across turns (simulators.LMParty); the other
 re-encodes the whole history before each of its turns (reprefill.RePrefill,
-the common practice). Each is warmed up once (compilation) and timed on a
-second batch. The decoded tokens must agree, or the comparison is void.
+the common practice). Each is warmed up once (compilation); then both play a
+second batch `--repeats` times, alternating, and the medians are kept. The
+decoded tokens must agree, or the comparison is void.
 
 The split of the kept-cache run's time (a third, separately timed run):
 `prefill` (the table prefix and first block), `append` (the rest of the
@@ -46,6 +47,7 @@ from ilql_dialogue.tasks import airdialogue as airdialogue_task
 flags.DEFINE_integer("batch", 16, "Dialogues per batch.")
 flags.DEFINE_list("turns", ["10", "20"], "Utterances per dialogue (both sides), one run each.")
 flags.DEFINE_integer("max_new_tokens", 32, "Tokens per agent turn.")
+flags.DEFINE_integer("repeats", 5, "Timed batches per side (medians), after a compiling one.")
 flags.DEFINE_string("out", "", "Write the results as JSON here.")
 flags.DEFINE_string("output", str(pathlib.Path(__file__).resolve().parents[1] / "docs" /
                                   "BENCHMARKS.md"),
@@ -113,22 +115,29 @@ def play(party: Any, scenarios, turns: int, seed: int) -> tuple[float, list]:
   return time.perf_counter() - start, episodes
 
 
-def measure(model, tok, batch: int, turns: int, max_new_tokens: int) -> dict[str, Any]:
+def measure(model, tok, batch: int, turns: int, max_new_tokens: int,
+            repeats: int) -> dict[str, Any]:
   make = lambda: simulators.LMParty(model, tok, "agent", max_new_tokens=max_new_tokens,
                                     temperature=0.0, include_context=False,
                                     prefix_fields=airdialogue_task.table_fields)
   scenarios = rollout.make_scenarios(7, 2 * batch, kb_size=30)
   warm, timed = scenarios[:batch], scenarios[batch:]
-  result = {"batch": batch, "turns": turns, "max_new_tokens": max_new_tokens}
-  decoded = {}
-  for name, wrap in (("kept_cache", lambda p: p), ("reprefill", reprefill.RePrefill)):
-    party = make()
-    play(wrap(party), warm, turns, seed=0)  # Compiles every shape this run needs.
-    seconds, episodes = play(wrap(party), timed, turns, seed=1)
-    decoded[name] = party.token_ids
-    result[name] = {"seconds": seconds, "dialogues_per_sec": batch / seconds,
-                    "mean_turns": float(np.mean([len(e.turns) for e in episodes])),
-                    "agent_tokens": int(sum(map(len, party.token_ids)))}
+  result = {"batch": batch, "turns": turns, "max_new_tokens": max_new_tokens, "repeats": repeats}
+  arms = (("kept_cache", lambda p: p), ("reprefill", reprefill.RePrefill))
+  for _, wrap in arms:
+    play(wrap(make()), warm, turns, seed=0)  # Compiles every shape this run needs.
+  seconds, decoded = {name: [] for name, _ in arms}, {}
+  for _ in range(repeats):  # Round-robin, so load from other jobs hits both arms alike.
+    for name, wrap in arms:
+      party = make()
+      elapsed, episodes = play(wrap(party), timed, turns, seed=1)
+      seconds[name].append(elapsed)
+      decoded[name] = party.token_ids
+      result[name] = {"mean_turns": float(np.mean([len(e.turns) for e in episodes])),
+                      "agent_tokens": int(sum(map(len, party.token_ids)))}
+  for name, _ in arms:
+    median = float(np.median(seconds[name]))
+    result[name].update(seconds=median, dialogues_per_sec=batch / median)
   timers, party = Timers(), make()  # Once more, each device call blocked on, for the split.
   with timers.installed():
     seconds, _ = play(party, timed, turns, seed=1)
@@ -157,7 +166,8 @@ def render(results: list[dict[str, Any]], command: str, load: tuple[float, ...])
       "- The quick agent's shape (2 Llama layers, width 128, the table as a structured prefix, "
       "untrained, so every dialogue runs to the turn limit) against `scripted:volunteer`, "
       f"greedy, batch {results[0]['batch']}, at most {results[0]['max_new_tokens']} tokens "
-      "per agent turn; both sides decode the same tokens (last column).",
+      f"per agent turn; medians of {results[0]['repeats']} timed batches per side, "
+      "alternating; both sides decode the same tokens (last column).",
       "- Re-prefill re-encodes the whole history before each agent turn (the common "
       "practice); the kept cache appends only the new turns (`simulators.LMParty`).", "",
       "| utterances | kept cache (dialogues/s) | re-prefill (dialogues/s) | speedup | "
@@ -173,8 +183,8 @@ def main(argv):
   load = os.getloadavg()
   tok = tokenizer()
   model = agent_model(tok.vocab_size)
-  results = [measure(model, tok, flags.FLAGS.batch, int(t), flags.FLAGS.max_new_tokens)
-             for t in flags.FLAGS.turns]
+  results = [measure(model, tok, flags.FLAGS.batch, int(t), flags.FLAGS.max_new_tokens,
+                     flags.FLAGS.repeats) for t in flags.FLAGS.turns]
   print(json.dumps({"device": str(jax.devices()[0]), "results": results}, indent=2))
   if flags.FLAGS.out:
     with open(flags.FLAGS.out, "w") as f:

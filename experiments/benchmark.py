@@ -499,8 +499,9 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
       f"- With a cache sized for a whole dialogue ({bc.episode_slots} slots, as rollouts "
       f"allocate it) ours decodes {results['decode_episode_ours']:,.0f} tokens/s at batch {big} "
       f"({results['decode_episode_ours'] / results[f'decode_torch_{big}']:.2f}x transformers' "
-      f"batch-{big} run): the loop attends over the filled slots only (up to the last token "
-      "it can write, rounded up to 64 slots times a power of two).",
+      f"batch-{big} run): the prefill and the loop attend over the filled slots only (up to "
+      "the last token each can write, rounded up to 64 slots times a power of two); the "
+      "difference is allocating the larger cache's zeros.",
   ]
   gib = lambda n: f"{n / 2**30:.2f} GiB"
   tokens_per_step = bc.train_batch * bc.seq_len

@@ -379,9 +379,9 @@ class LMParty:
     num_prefix = decoder.cfg.prefix_num_rows if prefix_fields is not None else 0
     if prefix_fields is not None and not hasattr(decoder, "embed_prefix"):
       raise ValueError("LMParty: prefix_fields needs a decoder with embed_prefix (bc.PrefixLM)")
-    # Every decode step attends over all slots, so the cache holds one window
-    # (plus the prefix rows and one chunk) and is compacted whenever the next
-    # chunk or reply would not fit: after compaction no row holds more than
+    # The cache holds one context window (plus the prefix rows and one chunk;
+    # each call attends only over its filled slots) and is compacted whenever
+    # the next chunk or reply would not fit: after compaction no row holds more than
     # row_limit - max_new_tokens real tokens while its block is written, nor
     # more than row_limit before its reply.
     self.cache_len = self.max_positions + chunk + num_prefix

@@ -59,9 +59,10 @@ class KVCache:
   def window(self, length: int) -> KVCache:
     """The first `length` slots as a cache of their own (a copy; `length` is static).
 
-    A decode loop that will not write past `length` attends over the window
-    instead of all S slots: the slots past it are empty, so every softmax is
-    the same, and each step reads `length` slots instead of S.
+    A prefill, append or decode loop that will not write past `length`
+    attends over the window instead of all S slots: the slots past it are
+    empty, so every softmax is the same, and each query reads `length` slots
+    instead of S.
     """
     return self.replace(k_BxKxSxH=tuple(k[:, :, :length] for k in self.k_BxKxSxH),
                         v_BxKxSxH=tuple(v[:, :, :length] for v in self.v_BxKxSxH),
