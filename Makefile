@@ -30,9 +30,11 @@ dev: $(VENV)/.dev-installed
 run: $(VENV)/.installed
 	$(PY) -m experiments.pipeline --workdir=$(RUN_DIR)
 
+# lint-imports: the import layers and acyclic packages of pyproject.toml [tool.importlinter].
 # pytest exits 5 when it collects no tests: not a failure of the code. Test files run on every
 # core (pytest-xdist), one file per worker so its module fixtures are built once.
 test: $(VENV)/.dev-installed
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m pytest -q -n auto --dist loadfile --durations=30 tests; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "no tests collected"; exit 0; fi; exit $$status
 	$(MAKE) test-multiprocess

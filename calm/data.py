@@ -53,9 +53,10 @@ from calm import actions, model as calm_model, relabel as relabel_lib, state
 from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.airdialogue import action_grammar, schema, to_dialogue
 from data_pipelines.tokenization import load_tokenizer
-from experiments import cli
-from ilql_dialogue import simulators, tasks
-from ilql_dialogue.tasks import airdialogue
+from data_pipelines import cli
+from ilql_dialogue import tasks
+from domains.airdialogue.parties import intent_from_json
+from domains.airdialogue import task as airdialogue
 
 SPLITS = tasks.SPLITS
 CONTEXT = "prefix"
@@ -104,7 +105,7 @@ def _write_split(source_root: str, out_root: str, split: str, relabel: bool, see
 
 def _intent_codes(dialogue: dialogue_lib.Dialogue, path: str) -> np.ndarray:
   try:
-    return state.intent_codes(simulators.intent_from_json(dialogue.context["customer"]))
+    return state.intent_codes(intent_from_json(dialogue.context["customer"]))
   except (KeyError, TypeError, ValueError) as e:
     raise ValueError(f"{path}: dialogue {dialogue.dialogue_id!r}: context.customer is not an "
                      f"intent the state head can code ({e!r})") from None

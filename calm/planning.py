@@ -33,8 +33,8 @@ none. A closing turn whose block does not parse is said as written (there is
 no name to keep). The party's cache keeps what the LM wrote: the dialogue ends
 at the action.
 
-Batching. The party is ONE simulators.LMParty of B * R rows (R = N * M
-replicas of each dialogue, as cotraining/verbalized_sampling.py does with
+Batching. The party is ONE LMParty of B * R rows (R = N * M
+replicas of each dialogue, as cotraining/k_sample.py does with
 its k candidates): each turn's candidates are one batched generate, replica
 (n, m) then takes candidate n's cache (`take_rows`), and every imagined
 utterance of all B * N * M continuations is one more batched generate on a
@@ -45,7 +45,7 @@ turns (rows, the two-token blocks, sampler buckets, scoring lengths rounded
 up to SCORE_BUCKET), so nothing recompiles per turn. Roles are enforced
 while imagining exactly as in a real dialogue: each side is forbidden the
 other speaker's tokens and every special token but <|eot|>, the customer
-also the action markers (simulators.forbidden_token_ids).
+also the action markers (forbidden_token_ids).
 
 Score: `reward_token` (default) or `head`.
 
@@ -73,7 +73,7 @@ Score: `reward_token` (default) or `head`.
 The default is the one defined at every turn. Both are computed by the same
 call (`rollout_scores`), so `score=head` costs nothing more.
 
-Spec (`simulators.make_party`):
+Spec (`make_party`):
 `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
@@ -82,7 +82,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 from typing import Any, Mapping, Sequence
 
 import chex
@@ -91,10 +90,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from calm import actions, model as calm_model
-from cotraining.verbalized_sampling import take_rows
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import bc, init_from, simulators
+from domains.airdialogue.parties import AGENT, CUSTOMER
+from ilql_dialogue import bc, restore
+from ilql_dialogue.lm_party import LMParty, compact, forbidden_token_ids, take_rows
+from ilql_dialogue.parties import make_party
+from ilql_dialogue.party_spec import PartySpec
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import KVCache, init_cache
@@ -106,8 +108,7 @@ DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
                    greedy="greedy_candidate", margin="margin", act="action")
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
-_SPEC_RE = re.compile(r"^calm:(?:(?P<options>\w+=[^,:]*(?:,\w+=[^,:]*)*):)?(?P<inner>.+)$")
-# LMParty's per-row records besides its cache and keys (simulators.LMParty.reset).
+# LMParty's per-row records besides its cache and keys (LMParty.reset).
 _ROW_FIELDS = ("generated_ids", "token_ids", "sampled", "logprobs",
                "_seen", "_last", "_open", "_ended")
 SCORE_BUCKET = 64
@@ -229,10 +230,10 @@ class CALMPlanner:
   and imagined continuations at `temp`.
   """
 
-  def __init__(self, party: simulators.LMParty, n: int = 1, m: int = 1, h: int = 6,
+  def __init__(self, party: LMParty, n: int = 1, m: int = 1, h: int = 6,
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
                margin: float = 0.0, act: str = "lm"):
-    if not isinstance(party, simulators.LMParty) or party.role != simulators.AGENT:
+    if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
       raise ValueError(f"CALM planning needs a CALM model (calm/model.py) reading the table "
@@ -254,7 +255,7 @@ class CALMPlanner:
     if n > 1:
       party.sampling["temperature"] = temp
     self.sampling = dict(party.sampling)
-    forbidden = {role: simulators.forbidden_token_ids(tok, role) for role in tok.roles}
+    forbidden = {role: forbidden_token_ids(tok, role) for role in tok.roles}
     width = -(-max(map(len, forbidden.values())) // FORBID_WIDTH) * FORBID_WIDTH
     self._forbid = {role: _forbid(ids, width) for role, ids in forbidden.items()}
     self._open_marker = tok.marker_ids[action_grammar.OPEN_TAG]
@@ -368,7 +369,7 @@ class CALMPlanner:
     is_open = np.asarray(party._open, bool)
     done_R = ~live_R | np.asarray(
         [self._open_marker in ids[-1] if ids else False for ids in party.generated_ids])
-    speakers = (simulators.CUSTOMER, simulators.AGENT)
+    speakers = (CUSTOMER, AGENT)
     for step in range(self.h):
       speaker = speakers[step % 2]
       lengths_R = np.asarray(state.lengths_B)
@@ -380,7 +381,7 @@ class CALMPlanner:
                             np.full(rows, tok.speaker_token_ids[speaker])], axis=1)
       mask_Rx2 = np.stack([is_open & active_R, active_R], axis=1)
       if int(state.cache.index) + 2 + max_new > state.cache.max_len:
-        state = simulators.compact(state)
+        state = compact(state)
       state = sampler.append(model, state, block_Rx2.astype(np.int32), mask_Rx2)
       params = sampler.SamplingParams.make(
           rows, max_new_tokens=np.where(active_R, max_new, 0), stop_tokens=[tok.eot_id],
@@ -394,7 +395,7 @@ class CALMPlanner:
         ids = tokens_RxN[i, :num_R[i]].tolist()
         imagined[i] += block_Rx2[i][mask_Rx2[i]].tolist() + ids
         is_open[i] = not (ids and ids[-1] == tok.eot_id)
-        if speaker == simulators.AGENT and self._open_marker in ids:
+        if speaker == AGENT and self._open_marker in ids:
           done_R[i] = True  # The agent acted: the imagined dialogue is over.
     log_odds_R, head_R = self._score(imagined)
     return np.where(live_R, head_R if self.score == "head" else log_odds_R, -np.inf)
@@ -437,30 +438,19 @@ class CALMPlanner:
       return hits[0], -1
 
 
-def parse_spec(spec: str) -> tuple[dict[str, Any], str]:
-  """'calm:n=4,m=2,h=6:PATH' -> ({'n': 4, 'm': 2, 'h': 6}, 'PATH')."""
-  match = _SPEC_RE.match(spec)
-  if match is None:
-    raise ValueError(f"party spec {spec!r}: expected "
-                     "calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH")
-  options = simulators.parse_options(
-      spec, match["options"] or "",
-      {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
-       "margin": float, "act": str}, "CALM")
-  return options, match["inner"]
+OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
+           "margin": float, "act": str}
 
 
-def from_spec(spec: str, role: str, **lm_options: Any) -> CALMPlanner:
+def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:
   """The CALMPlanner a `calm:` spec names; options it omits come from the workdir's
   config.planning, then DEFAULTS; `lm_options` go to the inner LMParty."""
-  options, inner = parse_spec(spec)
-  party = simulators.make_party(inner, role, **lm_options)
-  if not isinstance(party, simulators.LMParty):
-    raise ValueError(f"party spec {spec!r}: CALM planning needs a checkpoint workdir, {inner!r} "
-                     f"is a {type(party).__name__}")
-  from ilql_dialogue import policy_io  # The workdir's config, read only for a checkpoint.
-
-  planning = policy_io.read_config(init_from.split_step(inner)[0]).get("planning") or {}
-  merged = {k: options.get(k, planning.get(CONFIG_KEYS[k], default))
+  party = make_party(spec.inner, role, **lm_options)
+  checkpoint = spec.inner.checkpoint
+  if not isinstance(party, LMParty) or checkpoint is None:
+    raise ValueError(f"party spec {spec}: CALM planning needs a checkpoint workdir, "
+                     f"{spec.inner} is a {type(party).__name__}")
+  planning = restore.read_config(checkpoint.target).get("planning") or {}
+  merged = {k: spec.options.get(k, planning.get(CONFIG_KEYS[k], default))
             for k, default in DEFAULTS.items()}
   return CALMPlanner(party, **merged)

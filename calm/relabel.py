@@ -54,7 +54,7 @@ from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import solver
-from experiments import cli
+from data_pipelines import cli
 
 RELABEL_KEY = "relabel"  # data.json key of each line's outcome and edited flights.
 RELABELED = "relabeled"

@@ -38,7 +38,8 @@ from data_pipelines import mdp
 from data_pipelines.airdialogue import action_grammar, selfplay, solver, to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue import bc
-from ilql_dialogue.tasks import airdialogue, airdialogue_lm
+from domains.airdialogue import task as airdialogue
+from domains.airdialogue import lm_task as airdialogue_lm
 
 STREAM_TAG = 0x5343  # "SC": scene seeds never meet the corpora's, selection's or evaluation's.
 COLUMNS = ("input_ids", "attention_mask", "speaker_ids", "action_mask")

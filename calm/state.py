@@ -43,7 +43,7 @@ from flax import nnx
 from calm import actions
 from data_pipelines.airdialogue import context as context_lib, schema
 from ilql_dialogue.models.layers import dense, normal, param, zeros
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 
 FIELD = airdialogue.FIELD
 NEG = -1e4  # log(0) that keeps sums and gradients finite.

@@ -2,7 +2,7 @@
 
 The core library (ilql_dialogue/) keeps the loop, the models, the sampler and
 the task-agnostic dialogue engine (ilql_dialogue/environment.py, with
-AirDialogue as `rollout.AirDialogueEnv`). This package adds only what online
+AirDialogue as `domains.airdialogue.environment.AirDialogueEnv`). This package adds only what online
 RL needs:
 
   policy         the trained LM with its frozen KL reference (and PPO's value head)

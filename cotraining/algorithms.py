@@ -8,7 +8,7 @@ on one rollout batch are PPO-style epochs. The experience source
 model that sampled it: the advantages, the frozen reference's log-probs
 and, for PPO, the behaviour values and returns.
 
-config.algorithm fields (defaults from ../shared/BRIEF.md §5):
+config.algorithm fields (defaults from docs/METHODS.md, Online RL and Co-Training):
   name: "grpo" (group-normalized advantages), "rloo" (leave-one-out) or
         "ppo" (a value head and GAE over the trained role's tokens)
   eps_low = 0.2, eps_high = 0.28: the clipped ratio's range [1 - eps_low, 1 + eps_high]

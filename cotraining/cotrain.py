@@ -1,4 +1,4 @@
-"""Co-Training (BRIEF §5): the user simulator is trained too, on its own turns of the same dialogues.
+"""Co-Training (docs/METHODS.md, Online RL and Co-Training): the user simulator is trained too, on its own turns of the same dialogues.
 
 Against one frozen simulator the policy learns that simulator's habits; a
 simulator trained alongside keeps moving, and its own reward keeps it from
@@ -53,7 +53,7 @@ from flax import nnx
 
 from cotraining import sim_rewards
 from cotraining.policy import PolicyWithReference, frozen_copy
-from ilql_dialogue import bc, checkpointing, init_from
+from ilql_dialogue import bc, checkpointing, init_from, registry, restore
 from ilql_dialogue.algorithm import Batch, Metrics
 
 SIM_PREFIX = "sim_"  # Batch keys of the simulator's arrays.
@@ -223,14 +223,11 @@ def save_simulator(simulator: nnx.Module, config: ml_collections.ConfigDict, rol
 def export_simulator(workdir: str, out_dir: str, step: int | None = None) -> str:
   """The simulator of a co-training workdir (its selected checkpoint, or `step`) as a workdir
   of its own at `out_dir`; returns out_dir."""
-  from cotraining import launch  # The environments' table; launch imports this module.
-  from ilql_dialogue import policy_io
-
-  config = policy_io.read_config(workdir)
+  config = restore.read_config(workdir)
   if not enabled(config.get("rl")):
     raise ValueError(f"{workdir}: not a co-training run (config.rl.cotrain.enabled)")
-  model, step = policy_io.restore_model(workdir, config, step)
-  role = simulator_role(launch.make_env(config.rl).turn_order, config.task.role)
+  model, step = restore.restore_model(workdir, config, step)
+  role = simulator_role(registry.task(config.rl.env).roles, config.task.role)
   save_simulator(model.simulator, config, role, out_dir, step,
                  os.path.join(workdir, init_from.TOKENIZER_DIR))
   return out_dir
@@ -249,4 +246,4 @@ def load_simulator(directory: str) -> nnx.Module:
   """The LM of a simulator workdir (`save_simulator`), on one device."""
   from ilql_dialogue import policy_io
 
-  return policy_io.restore_model(directory, policy_io.read_config(directory))[0]
+  return restore.restore_model(directory, restore.read_config(directory))[0]

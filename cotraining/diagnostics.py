@@ -1,4 +1,4 @@
-"""Collapse diagnostics for a policy and its simulators (BRIEF §5), as pure functions.
+"""Collapse diagnostics for a policy and its simulators (docs/METHODS.md, Online RL and Co-Training), as pure functions.
 
 Text diversity (distinct-n, Self-BLEU, pairwise ROUGE-L) lives in
 ilql_dialogue/text_metrics.py; these are the other measurements:

@@ -57,7 +57,8 @@ from flax import nnx
 from cotraining import algorithms, cotrain, rollout_store, rollouts
 from cotraining.population import FixedPool, Population
 from ilql_dialogue import environment, init_from, multihost, sharding
-from ilql_dialogue.simulators import LMParty, Party
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.party import Party
 
 DEFAULT_SCENARIO_SEED = 100_000
 

@@ -3,12 +3,12 @@
 A config with `task` and `rl` sections trains the task's role online: the
 task gives the tokenizer and the layout the role was trained with (its
 context as text or as a structured prefix), `rl.env` names the environment,
-and `rl.opponent` is a party spec (simulators.make_party) for every other
+and `rl.opponent` is a party spec (make_party) for every other
 role: a scripted style, a training workdir, or a user's class.
 
 config.rl fields, beyond those experience.RolloutSource reads:
   env: "airdialogue"; reward: "success" | "soft" (AirDialogueEnv);
-  env: "persuasion" (ilql_dialogue/persuasion_env.py): split "train" | "eval" of the real
+  env: "persuasion" (domains/persuasion/environment.py): split "train" | "eval" of the real
     dialogues the personas come from, data_dir ("" = ../shared), no_donation_reward;
   opponent: party spec; opponent_temperature: a learned opponent's sampling;
   panel: optional simulator panel (cotraining/panels.py, experiments/configs/panel_*.py);
@@ -33,21 +33,19 @@ from typing import Any, Callable
 import ml_collections
 
 from cotraining import cotrain, experience, panels, population
-from ilql_dialogue import environment, init_from, persuasion_env, rollout, simulators
+from ilql_dialogue import environment, init_from, registry
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.parties import make_party
 
 ROLLOUTS_DIR = "rollouts"  # Under the workdir: the latest rollout batches (rollout_store.py).
-ENVIRONMENTS: dict[str, Callable[[ml_collections.ConfigDict], environment.Environment]] = {
-    "airdialogue": lambda rl: rollout.AirDialogueEnv(reward=rl.get("reward", "success")),
-    "persuasion": lambda rl: persuasion_env.PersuasionEnv.from_corpus(
-        rl.get("split", "train"), rl.get("data_dir") or None,
-        no_donation_reward=rl.get("no_donation_reward", 0.0)),
-}
 
 
 def make_env(rl: ml_collections.ConfigDict) -> environment.Environment:
-  if rl.env not in ENVIRONMENTS:
-    raise ValueError(f"config.rl.env={rl.env!r}; known: {sorted(ENVIRONMENTS)}")
-  return ENVIRONMENTS[rl.env](rl)
+  """The environment of the task config.rl.env names (registry.TaskSpec.make_env)."""
+  spec = registry.task(rl.env)
+  if spec.make_env is None:
+    raise ValueError(f"config.rl.env={rl.env!r}: the task has no environment")
+  return spec.make_env(rl)
 
 
 def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
@@ -68,22 +66,22 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
   cotraining = cotrain.enabled(rl)
   simulator_role = (cotrain.simulator_role(env.turn_order, task.role)
                     if cotraining or pool is not None else None)
-  others = {role: simulators.make_party(rl.opponent, role, max_new_tokens=rl.max_new_tokens,
+  others = {role: make_party(rl.opponent, role, max_new_tokens=rl.max_new_tokens,
                                         temperature=rl.opponent_temperature)
             for role in env.turn_order if role not in (task.role, simulator_role)}
   prefix_fields = None if task.prefix is None else task.prefix.fields
 
-  def make_learner(decoder: Any) -> simulators.LMParty:
-    return simulators.LMParty(decoder, task.tokenizer, task.role,
+  def make_learner(decoder: Any) -> LMParty:
+    return LMParty(decoder, task.tokenizer, task.role,
                               max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
                               include_context=task.include_context,
                               serialize_context=task.serialize_context,
                               prefix_fields=prefix_fields)
 
-  def make_simulator(decoder: Any) -> simulators.LMParty:
+  def make_simulator(decoder: Any) -> LMParty:
     """The co-trained simulator: its context as text (cotraining/cotrain.py)."""
     temperature = rl.cotrain.get("temperature") or rl.opponent_temperature
-    return simulators.LMParty(decoder, task.tokenizer, simulator_role,
+    return LMParty(decoder, task.tokenizer, simulator_role,
                               max_new_tokens=rl.max_new_tokens, temperature=temperature,
                               include_context=True, serialize_context=task.serialize_context)
 
@@ -110,7 +108,7 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
                        "config.rl.population.members (party specs of saved simulators)")
     options.update(
         population=population.FixedPool(pool.members, seed=config.seed),
-        load_member=lambda spec: simulators.make_party(
+        load_member=lambda spec: make_party(
             spec, simulator_role, max_new_tokens=rl.max_new_tokens,
             temperature=rl.opponent_temperature))
   return experience.RolloutSource(config, env, algorithm, task.role, make_learner, others,

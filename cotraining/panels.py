@@ -1,13 +1,13 @@
 """Simulator panels: the simulators a run may train against, and those kept for evaluation.
 
 A policy that is trained and evaluated against the same simulator measures
-how well it exploits that simulator, not how well it talks to users (BRIEF
-§5: simulator collapse). A panel config file (experiments/configs/panel_*.py)
+how well it exploits that simulator, not how well it talks to users
+(simulator collapse: docs/METHODS.md, Online RL and Co-Training). A panel config file (experiments/configs/panel_*.py)
 splits a task's simulators into `training` and `held_out`; the launcher
 refuses, at start-up, to train against any held-out simulator
 (`refuse_held_out`, from `config.rl.panel`).
 
-A member is a party spec (`simulators.make_party`), optionally with the
+A member is a party spec (`make_party`), optionally with the
 temperature it is sampled at (decoding is one of the axes a panel varies), as
 a string or a mapping {spec, temperature}. Held-out specs may be shell
 patterns (`scripted:*`: every scripted customer style).
@@ -27,10 +27,7 @@ import fnmatch
 import os
 from typing import Any, Iterable, Mapping
 
-from cotraining import verbalized_sampling, vs_llm
-from ilql_dialogue import simulators
-
-SCRIPTED_PREFIXES = (simulators.SCRIPTED_CUSTOMER_PREFIX, simulators.SCRIPTED_AGENT_PREFIX)
+from ilql_dialogue import party_spec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,18 +58,19 @@ class Panel:
     return None
 
 
-def source(spec: str) -> str:
+def source(spec: str | party_spec.PartySpec) -> str:
   """The simulator behind a party spec, whatever wraps or rephrases it (module docstring)."""
-  if spec.startswith(simulators.VS_PREFIX):
-    return source(verbalized_sampling.parse_spec(spec)[1])
-  if spec.startswith(vs_llm.PREFIX):
-    options = vs_llm.parse_spec(spec)
-    return f"{vs_llm.PREFIX}{options['base_url'].rstrip('/')}/{options['model']}"
-  if spec.startswith(SCRIPTED_PREFIXES):
-    return spec.split("/", 1)[0]  # The style or skill; its phrasing family is not a new user.
-  if simulators.CLASS_SPEC_RE.match(spec) and not os.path.isdir(spec):
-    return spec
-  return os.path.realpath(spec)
+  parsed = party_spec.parse(spec) if isinstance(spec, str) else spec
+  if parsed.inner is not None:
+    return source(parsed.inner)
+  if parsed.kind == party_spec.CHECKPOINT:
+    return os.path.realpath(parsed.text)
+  if parsed.kind == party_spec.CLASS:
+    return parsed.text
+  if "base_url" in parsed.options and "model" in parsed.options:  # An endpoint's model.
+    return f"{parsed.kind}:{str(parsed.options['base_url']).rstrip('/')}/{parsed.options['model']}"
+  # A named party (a scripted style or skill): its phrasing family is not a new user.
+  return f"{parsed.kind}:{parsed.target.split('/', 1)[0]}" if parsed.target else parsed.text
 
 
 def _members(entries: Iterable[Any] | str, half: str) -> tuple[Member, ...]:

@@ -1,7 +1,7 @@
 """Population Co-Training's pool: the last few saved checkpoints of the co-trained simulator.
 
 Against one simulator, even a co-trained one, the policy learns that
-simulator's habits (BRIEF §5). The pool keeps the simulator as it was at
+simulator's habits (docs/METHODS.md, Online RL and Co-Training). The pool keeps the simulator as it was at
 several points of training, FIFO: up to `capacity` (10) members, one saved
 every `add_every` (16) steps, the oldest leaving when a new one joins. Before
 each rollout batch a member drawn uniformly plays the user.

@@ -15,13 +15,13 @@ from typing import Any, Mapping, Sequence
 import jax.numpy as jnp
 
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import simulators
+from ilql_dialogue.lm_party import LMParty, start_state
 
 
 class RePrefill:
   """`party`, re-prefilled from its own records (`LMParty.token_ids`) at every turn."""
 
-  def __init__(self, party: simulators.LMParty):
+  def __init__(self, party: LMParty):
     self.party = party
     self.role = party.role
 
@@ -33,6 +33,6 @@ class RePrefill:
     prefix_BxPxD = None
     if party.prefix_fields_BxPxF is not None:
       prefix_BxPxD = party.decoder.embed_prefix(jnp.asarray(party.prefix_fields_BxPxF))
-    party._state = simulators.start_state(party.decoder, party.token_ids, party.tokenizer.pad_id,
+    party._state = start_state(party.decoder, party.token_ids, party.tokenizer.pad_id,
                                           party.chunk, party.cache_len, prefix_BxPxD)
     return party.respond(histories)

@@ -2,7 +2,7 @@
 
 The dialogues are played by the task-agnostic engine (ilql_dialogue/
 environment.py), all rows in lockstep. The trained role is an
-`simulators.LMParty`: it keeps its KV cache across turns (each turn appends
+`LMParty`: it keeps its KV cache across turns (each turn appends
 only what is new) and records every token it read or sampled, with the
 log-prob of each sampled one (its `token_ids`, `sampled`, `logprobs`).
 Those records become the rows of the training batch as they are, so the
@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ilql_dialogue import environment
-from ilql_dialogue.simulators import LMParty, Party
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.party import Party
 
 FORBIDDEN_WIDTH = 16  # forbidden_ids columns are padded to a multiple of this (one compile).
 

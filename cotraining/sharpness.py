@@ -1,4 +1,4 @@
-"""Simulator sharpness, measured: gamma in p_sim ∝ p_ref^gamma for a learned simulator (BRIEF §5).
+"""Simulator sharpness, measured: gamma in p_sim ∝ p_ref^gamma for a learned simulator (docs/METHODS.md, Online RL and Co-Training).
 
 At each of S states (a dialogue's history up to one of the simulator's
 turns, with the scenario's private context) the simulator samples K replies
@@ -28,12 +28,12 @@ from flax import nnx
 
 from cotraining import diagnostics, logprobs
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import simulators
+from ilql_dialogue.lm_party import LMParty
 
 WIDTH_BUCKET = 64  # Scoring widths rounded up to this: few compiled shapes.
 
 
-def sample_replies(party: simulators.LMParty, contexts: Sequence[Mapping[str, Any]],
+def sample_replies(party: LMParty, contexts: Sequence[Mapping[str, Any]],
                    histories: Sequence[Sequence[Turn]], k: int, seed: int, max_rows: int = 256
                    ) -> tuple[list[list[int]], list[list[bool]], np.ndarray]:
   """K replies of `party` at every state: (token ids per row, sampled mask per row,
@@ -86,7 +86,7 @@ def reference_logprobs(lm: nnx.Module, token_ids: Sequence[Sequence[int]],
   return np.asarray(out)
 
 
-def simulator_gamma(party: simulators.LMParty, reference_lm: nnx.Module,
+def simulator_gamma(party: LMParty, reference_lm: nnx.Module,
                     contexts: Sequence[Mapping[str, Any]], histories: Sequence[Sequence[Turn]],
                     k: int = 16, seed: int = 0) -> dict[str, Any]:
   """gamma of `party` (as it samples) against `reference_lm`, from K replies per state."""

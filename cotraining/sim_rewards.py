@@ -1,4 +1,4 @@
-"""Rewards for a co-trained simulator (BRIEF §5), as pure functions of the played outcomes.
+"""Rewards for a co-trained simulator (docs/METHODS.md, Online RL and Co-Training), as pure functions of the played outcomes.
 
 The user simulator is trained on its own turns of the same conversations as
 the policy, so its reward is a function of how the policy did:

@@ -3,7 +3,7 @@
 Trained on the 300 annotated dialogues (AnnotatedData/300_dialog.xlsx,
 data_pipelines/persuasion/loader.load_strategy_labels), it labels a policy's
 sentences so that diagnostics.label_entropy can say whether a trained
-persuader still uses many strategies or collapsed onto a few (BRIEF §5).
+persuader still uses many strategies or collapsed onto a few (docs/METHODS.md, Online RL and Co-Training).
 
 The model is multinomial logistic regression over hashed word unigrams and
 bigrams (an embedding bag of `num_features` rows, one logit per label),

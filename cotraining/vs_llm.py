@@ -1,14 +1,14 @@
 """Verbalized Sampling (VS) for instruction-tuned LLMs behind an OpenAI-compatible endpoint.
 
 An instruction-tuned simulator asked for one reply gives its modal reply
-(BRIEF §5: simulator collapse). VS asks it instead for k candidate replies as
+(docs/METHODS.md, Verbalized Sampling). VS asks it instead for k candidate replies as
 JSON, each with the probability it gives it,
 
     {"responses": [{"text": "...", "probability": 0.4}, ...]}
 
 and one candidate is drawn per row from the row's seed: `uniform` (the
 paper's main setting), `weighted` by the stated probabilities, or `tail`
-(those capped at t, renormalized; cotraining/verbalized_sampling.tail).
+(those capped at t, renormalized; cotraining/k_sample.tail).
 
 Any served model works (the `openai` client with a configurable base_url:
 experiments/serve.py serves this project's models on loopback). Small models
@@ -19,7 +19,7 @@ candidate is asked for again (`retries` times), then the raw text is the
 reply; `stats` counts requests, parsed replies, retries and fallbacks, so a
 run reports how often the model produced valid JSON.
 
-Party spec (`simulators.make_party`):
+Party spec (`make_party`):
     vs_llm:k=5,pick=uniform,base_url=http://127.0.0.1:8000/v1,model=NAME[,t=T,
            temperature=T,max_tokens=N,retries=R,concurrency=C]
 The API key is the client's usual OPENAI_API_KEY (a loopback server ignores it).
@@ -38,18 +38,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cotraining import verbalized_sampling
-from data_pipelines.airdialogue import to_dialogue
+from cotraining import k_sample
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import simulators
+from ilql_dialogue import registry
+from ilql_dialogue.party_spec import PartySpec
 
-PREFIX = "vs_llm:"
-PICKS = verbalized_sampling.PICKS
+PICKS = k_sample.PICKS
 DEFAULT_K = 5
 DEFAULT_RETRIES = 2  # The released code's: two more requests, then the raw text.
 DEFAULT_MAX_TOKENS = 512  # k short replies as JSON.
 _FENCE_RE = re.compile(r"```[A-Za-z0-9_-]*")
-_SEED_STREAM = 2  # SeedSequence spawn key of request seeds (verbalized_sampling uses 0 and 1).
+_SEED_STREAM = 2  # SeedSequence spawn key of request seeds (k_sample uses 0 and 1).
 
 SYSTEM_PROMPT = """You are role-playing the {role} in a conversation.
 What only you, the {role}, know:
@@ -138,14 +137,16 @@ def pick_probabilities(rule: str, candidates: Sequence[Candidate], t: float) -> 
   if rule == "weighted":
     return stated
   if rule == "tail":
-    return verbalized_sampling.tail(stated, t)
+    return k_sample.tail(stated, t)
   raise ValueError(f"VS pick {rule!r}: expected one of {PICKS}")
 
 
 def context_text(role: str, context: Mapping[str, Any]) -> str:
-  """A party's private context as the prompt shows it (AirDialogue's own text form)."""
-  if role in to_dialogue.ROLES:
-    return to_dialogue.serialize_context(role, context)
+  """A party's private context as the prompt shows it: as its task's models read it
+  (the first registered task with that role), else as JSON."""
+  for spec in registry.tasks().values():
+    if role in spec.roles:
+      return spec.serialize_context(role, context)
   return json.dumps(context, sort_keys=True)
 
 
@@ -173,7 +174,7 @@ class VSLLMParty:
   """
 
   def __init__(self, role: str, client: Any, model: str, *, k: int = DEFAULT_K,
-               pick: str = "uniform", t: float = verbalized_sampling.DEFAULT_TAIL,
+               pick: str = "uniform", t: float = k_sample.DEFAULT_TAIL,
                temperature: float = 1.0, max_tokens: int = DEFAULT_MAX_TOKENS,
                retries: int = DEFAULT_RETRIES, concurrency: int = 8):
     if k < 1 or retries < 0 or concurrency < 1:
@@ -193,7 +194,7 @@ class VSLLMParty:
     if len(contexts) != len(seeds):
       raise ValueError(f"VSLLMParty.reset: {len(contexts)} contexts and {len(seeds)} seeds")
     self._contexts, self._seeds = list(contexts), [int(s) for s in seeds]
-    self._rngs = [verbalized_sampling.pick_rng(s) for s in seeds]
+    self._rngs = [k_sample.pick_rng(s) for s in seeds]
     self._turns = [0] * len(seeds)
     self.candidates: list[list[Candidate] | None] = [None] * len(seeds)
     self.picked: list[int | None] = [None] * len(seeds)
@@ -238,27 +239,24 @@ class VSLLMParty:
     return replies
 
 
-_OPTION_TYPES = {"k": int, "pick": str, "t": float, "base_url": str, "model": str,
-                 "temperature": float, "max_tokens": int, "retries": int, "concurrency": int}
+OPTIONS = {"k": int, "pick": str, "t": float, "base_url": str, "model": str,
+           "temperature": float, "max_tokens": int, "retries": int, "concurrency": int}
 
 
-def parse_spec(spec: str) -> dict[str, Any]:
-  """'vs_llm:k=5,base_url=URL,model=M' -> {'k': 5, 'base_url': URL, 'model': M}."""
-  if not spec.startswith(PREFIX):
-    raise ValueError(f"party spec {spec!r}: expected {PREFIX}k=K,base_url=URL,model=NAME,...")
-  options = simulators.parse_options(spec, spec[len(PREFIX):], _OPTION_TYPES)
-  missing = {"base_url", "model"} - set(options)
+def check(spec: PartySpec, role: str) -> None:
+  """An endpoint spec names its endpoint and model (all a start-up can check)."""
+  missing = {"base_url", "model"} - set(spec.options)
   if missing:
-    raise ValueError(f"party spec {spec!r}: needs {sorted(missing)}")
-  return options
+    raise ValueError(f"party spec {spec}: needs {sorted(missing)}")
 
 
-def from_spec(spec: str, role: str, **lm_options: Any) -> VSLLMParty:
+def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> VSLLMParty:
   """The party a `vs_llm:` spec names. Of `lm_options` (meant for our checkpoints) only
   `temperature` applies, unless the spec sets its own; the endpoint bounds reply lengths."""
   import openai  # Only runs that talk to an endpoint need the client.
 
-  options = parse_spec(spec)
+  check(spec, role)
+  options = dict(spec.options)
   base_url, model = options.pop("base_url"), options.pop("model")
   if "temperature" not in options and lm_options.get("temperature") is not None:
     options["temperature"] = lm_options["temperature"]

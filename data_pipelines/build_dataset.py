@@ -24,7 +24,7 @@ from absl import flags, logging
 
 from data_pipelines import mdp, mdp_dataset
 from data_pipelines.tokenization import load_tokenizer, train_tokenizer
-from experiments import cli
+from data_pipelines import cli
 
 _DIALOGUES = flags.DEFINE_string("dialogues", None, "Dialogue JSON-lines file.", required=True)
 _TOKENIZER = flags.DEFINE_string(

@@ -16,7 +16,7 @@ and position i describes token i = input_ids[i]:
 
   * The hidden state h_i is the trunk's output at position i, having read
     tokens 0..i. Action token i is chosen in state h_{i-1}: Q(h_{i-1}, ·) scores
-    input_ids[i] (BRIEF §3: "Q at position t scores token t+1", with t = i-1),
+    input_ids[i] (docs/METHODS.md, ILQL: "Q at position t scores token t+1", with t = i-1),
     and the BC loss for token i uses the logits at position i-1. Token 0 is
     never an action.
   * rewards[i], terminal[i] belong to the transition caused by action token i.

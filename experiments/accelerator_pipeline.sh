@@ -17,7 +17,7 @@ nvidia-smi -L > "$OUT/env.txt" 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
   "$WHEELS"/ml_collections-*.whl "$WHEELS"/ds/*.whl || exit 1
 export PYTHONPATH=/tmp/site
-python3 -c "import jax, flax, optax, datasets, pyarrow, tensorboardX, experiments.pipeline_lib, experiments.train_lib; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__, jax.devices())" >> "$OUT/env.txt" 2>&1 || exit 1
+python3 -c "import jax, flax, optax, datasets, pyarrow, tensorboardX, workflows.quickstart, workflows.train; print('jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__, jax.devices())" >> "$OUT/env.txt" 2>&1 || exit 1
 mkdir -p "$W" && cp -r "$SEED_DIR"/. "$W"/
 el "set up"
 collect() {  # Everything small a run writes: configs, metrics, evaluations, the report.
@@ -32,7 +32,7 @@ el "customer stages done"; collect
 timeout $(( $(left) - 40 )) $PIPE --workdir="$W" 2>&1 | grep -v "^I[0-9]" > "$OUT/all.log"
 el "all stages done"; collect
 if [ "$(left)" -gt 100 ]; then
-  timeout $(( $(left) - 10 )) python3 -m experiments.benchmark_accelerator --sections=memory \
+  timeout $(( $(left) - 10 )) python3 -m benchmarks.accelerator --sections=memory \
     --json="$OUT/memory.json" --deadline_s=$(( $(left) - 60 )) 2>&1 | grep -v "^I[0-9]" \
     > "$OUT/memory.log"
   el "memory section done"

@@ -15,18 +15,19 @@ import json
 
 from absl import flags
 
-from experiments import cli, evaluate_lib
-from ilql_dialogue import rollout
+from data_pipelines import cli
+from domains.airdialogue import environment as airdialogue_env
+from workflows import config_checks, evaluate
 
 _AGENT = flags.DEFINE_string("agent", None, "Agent spec.", required=True)
 _CUSTOMER = flags.DEFINE_string("customer", None, "Customer spec.", required=True)
 _NUM = flags.DEFINE_integer("num_dialogues", 100, "Dialogues to play.", lower_bound=1)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where eval_*.json / transcripts_*.jsonl go.",
                                required=True)
-_SEED = flags.DEFINE_integer("seed", rollout.DEFAULT_SEED,
+_SEED = flags.DEFINE_integer("seed", airdialogue_env.DEFAULT_SEED,
                              "Scenario seed (held out from the training corpora).")
 _BATCH = flags.DEFINE_integer("batch_size", 16, "Dialogues played at once.", lower_bound=1)
-_MAX_TURNS = flags.DEFINE_integer("max_turns", rollout.DEFAULT_MAX_TURNS,
+_MAX_TURNS = flags.DEFINE_integer("max_turns", airdialogue_env.DEFAULT_MAX_TURNS,
                                   "Utterances (both sides) before a dialogue fails.",
                                   lower_bound=1)
 _KB_SIZE = flags.DEFINE_integer("kb_size", 30, "Flights per table.", lower_bound=1)
@@ -46,14 +47,14 @@ _TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the spe
 
 def main(argv):
   del argv
-  agent = cli.check_party(_AGENT.value, "agent", "--agent")
-  cli.check_party(_CUSTOMER.value, "customer", "--customer")
-  if _BETA.value and agent is not None and agent.algorithm.name not in cli.VALUE_GUIDED:
-    raise cli.BadInput(f"--beta={_BETA.value:g} needs value heads ({cli.VALUE_GUIDED}); "
+  agent = config_checks.check_party(_AGENT.value, "agent", "--agent")
+  config_checks.check_party(_CUSTOMER.value, "customer", "--customer")
+  if _BETA.value and agent is not None and agent.algorithm.name not in config_checks.VALUE_GUIDED:
+    raise cli.BadInput(f"--beta={_BETA.value:g} needs value heads ({config_checks.VALUE_GUIDED}); "
                        f"--agent={_AGENT.value} was trained with {agent.algorithm.name!r}")
   cli.output_dir(_WORKDIR.value, "--workdir")
   sampling = dict(top_k=_TOP_K.value, top_p=_TOP_P.value, max_new_tokens=_MAX_NEW.value)
-  summary = evaluate_lib.evaluate(
+  summary = evaluate.evaluate(
       _AGENT.value, _CUSTOMER.value, num_dialogues=_NUM.value, workdir=_WORKDIR.value,
       seed=_SEED.value, batch_size=_BATCH.value, max_turns=_MAX_TURNS.value,
       kb_size=_KB_SIZE.value, tag=_TAG.value,

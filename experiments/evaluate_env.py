@@ -1,5 +1,5 @@
-"""Plays a party against an opponent in a task-agnostic environment (cotraining/launch.py's
-table: Persuasion for Good) on held-out scenarios, and reports the mean reward.
+"""Plays a party against an opponent in any registered task's environment (e.g. Persuasion
+for Good, or a `module:attr` task) on held-out scenarios, and reports the mean reward.
 
     python -m experiments.evaluate_env --env=persuasion --role=persuader \
         --party=runs/p4g/grpo_s0 --opponent=runs/p4g/persuadee_s1 \
@@ -20,9 +20,12 @@ import json
 import ml_collections
 from absl import flags
 
-from experiments import cli, evaluate_lib
+from data_pipelines import cli
+from ilql_dialogue import registry
+from workflows import config_checks, evaluate
 
-_ENV = flags.DEFINE_enum("env", "persuasion", ["persuasion"], "The environment.")
+_ENV = flags.DEFINE_string("env", "persuasion", "A registered task (or module:attr naming a "
+                           "TaskSpec) whose environment is played.")
 _SPLIT = flags.DEFINE_enum("split", "eval", ["train", "eval"], "Scenario split.")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = the shared default.")
 _ROLE = flags.DEFINE_string("role", None, "The role --party plays.", required=True)
@@ -48,20 +51,22 @@ _TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the spe
 
 def main(argv):
   del argv
-  from cotraining import launch  # The environments' table.
-
   if _DATA_DIR.value:
     cli.existing_dir(_DATA_DIR.value, "--data_dir")
-  env = launch.make_env(ml_collections.ConfigDict(dict(
+  with cli.reported_as("--env"):
+    spec = registry.task(_ENV.value)
+  if spec.make_env is None:
+    raise cli.BadInput(f"--env={_ENV.value}: the task has no environment")
+  env = spec.make_env(ml_collections.ConfigDict(dict(
       env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value)))
   if _ROLE.value not in env.turn_order:
     raise cli.BadInput(f"--role={_ROLE.value}: {_ENV.value}'s roles are {list(env.turn_order)}")
-  cli.check_party(_PARTY.value, _ROLE.value, "--party")
+  config_checks.check_party(_PARTY.value, _ROLE.value, "--party")
   for role in env.turn_order:
     if role != _ROLE.value:
-      cli.check_party(_OPPONENT.value, role, "--opponent")
+      config_checks.check_party(_OPPONENT.value, role, "--opponent")
   cli.output_dir(_WORKDIR.value, "--workdir")
-  summary = evaluate_lib.evaluate_environment(
+  summary = evaluate.evaluate_environment(
       env, _ROLE.value, _PARTY.value, _OPPONENT.value, num_dialogues=_NUM.value,
       workdir=_WORKDIR.value, seed=_SEED.value, batch_size=_BATCH.value,
       max_turns=_MAX_TURNS.value, tag=_TAG.value,

@@ -1,265 +1,41 @@
-"""Collapse diagnostics of Persuasion for Good dialogues (BRIEF §5): the persuaders' strategies,
-the persuadees' donations against the humans', and the kinds of reply each persuadee reaches.
+"""Collapse diagnostics of Persuasion for Good dialogues (workflows/persuasion_diagnostics.py).
 
     python -m experiments.persuasion_diagnostics --output_dir=runs/p4g/diagnostics \
         --policies='start=runs/p4g/test/transcripts_persuader_bc_vs_persuadee_s1_*.jsonl,...' \
         --simulators='s0=runs/p4g/test/transcripts_persuader_bc_vs_persuadee_s0_seed1000_n102.jsonl,...'
 
---policies NAME=GLOB[+GLOB...]: the persuader turns of those transcripts
-(experiments.evaluate_env output) are that policy's. Per policy: the entropy
-(nats) of the strategy labels the classifier (cotraining/strategy_classifier.py,
-trained here on the 300 annotated dialogues, its held-out accuracy reported)
-gives its sentences, the labels used, and the commonest one. A collapsed
-persuader uses few strategies.
-
---simulators NAME=GLOB[+GLOB...]: the persuadee turns are that simulator's;
-give transcripts in which the same persuader met each simulator, so that rows
-differ only by the simulator. Per simulator: the stated share, the mean stated
-donation, KS and L1 of the stated donations against the real persuadees' of the
-same personas; and behaviour-cluster coverage: `--per_simulator` utterances of
-every simulator and of the real persuadees of the held-out dialogues are
-embedded (cotraining/sentence_embeddings.py, SmolLM2-135M, centred), clustered
-together by k-means (`--clusters`), and each simulator's coverage is the share
-of clusters holding at least `--min_count` of its utterances, of all clusters
-and of the humans' clusters (those holding >= min_count human utterances).
-A collapsed simulator covers few. The embedding is checked on the way: on
-`--check_sentences` annotated persuadee sentences, how often a sentence's
-nearest neighbour (cosine) carries its strategy label, for these embeddings
-and for hashed word n-gram counts, against chance (the sum of squared label
-shares). Writes report.md and report.json.
+Writes report.md and report.json to --output_dir.
 """
 
-from __future__ import annotations
-
-import glob
-import json
-import os
-import re
-from typing import Any, Sequence
-
-import numpy as np
 from absl import flags
 
-from cotraining import diagnostics, sentence_embeddings, sharpness, strategy_classifier
-from data_pipelines.persuasion import loader
-from experiments import cli
-from experiments import strategy_classifier as classifier_experiment
-from ilql_dialogue import persuasion_env
+from data_pipelines import cli
+from workflows import persuasion_diagnostics
 
-HUMAN = "human"
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-DONATION_BLOCK = re.compile(re.escape(loader.DONATION_OPEN) + ".*?" +
-                            re.escape(loader.DONATION_CLOSE), re.S)
-
-
-def parse_groups(spec: str, flag: str) -> dict[str, list[str]]:
-  """'NAME=GLOB+GLOB,...' -> {NAME: sorted files}; a glob matching nothing is an error."""
-  groups: dict[str, list[str]] = {}
-  for item in filter(None, spec.split(",")):
-    name, sep, patterns = item.partition("=")
-    if not sep or not name or name in groups or name == HUMAN:
-      raise cli.BadInput(f"{flag}: {item!r} is not NAME=GLOB[+GLOB] with a new name "
-                         f"(not {HUMAN!r})")
-    files = []
-    for pattern in patterns.split("+"):
-      matched = sorted(glob.glob(pattern))
-      if not matched:
-        raise cli.BadInput(f"{flag}: {pattern!r} ({name}) matches no file")
-      files += matched
-    groups[name] = files
-  return groups
-
-
-def read_transcripts(files: Sequence[str]) -> list[dict[str, Any]]:
-  records = []
-  for path in files:
-    with open(path, encoding="utf-8") as f:
-      for number, line in enumerate(f, 1):
-        try:
-          record = json.loads(line)
-          key, turns = sharpness.transcript_turns(record)
-        except (ValueError, KeyError, TypeError) as e:
-          raise cli.BadInput(f"{path}:{number}: not a transcript line ({e})") from e
-        records.append({"key": key, "turns": turns, "info": record.get("info", {})})
-  return records
-
-
-def sentences(text: str) -> list[str]:
-  return [s for s in SENTENCE_END.split(DONATION_BLOCK.sub(" ", text).strip()) if s]
-
-
-def strategy_row(classifier, texts: Sequence[str]) -> dict[str, Any]:
-  """The strategy labels of `texts`' sentences: entropy, labels used, the commonest."""
-  split = [s for t in texts for s in sentences(t)]
-  labels = list(classifier.predict(split)) if split else []
-  values, counts = np.unique(labels, return_counts=True) if labels else ([], np.zeros(0))
-  top = int(np.argmax(counts)) if len(counts) else None
-  return {"sentences": len(split), "label_entropy": diagnostics.label_entropy(labels),
-          "labels_used": len(values),
-          "top_label": None if top is None else str(values[top]),
-          "top_share": float("nan") if top is None else float(counts[top] / counts.sum())}
-
-
-def donation_row(records: Sequence[dict[str, Any]], human_by_key: dict[str, float]
-                 ) -> dict[str, Any]:
-  """Stated donations (as the reward reads them: clipped to [0, 2] dollars) against the real
-  persuadees' of the same personas."""
-  stated = [r for r in records if r["info"].get("donation") is not None]
-  missing = [r["key"] for r in records if r["key"] not in human_by_key]
-  if missing:
-    raise cli.BadInput(f"transcript key {missing[0]!r} names no held-out persona (seed:index "
-                       f"of the 'eval' split)")
-  donations = [float(r["info"]["donation"]) for r in stated]
-  humans = [human_by_key[r["key"]] for r in records]
-  return {"dialogues": len(records), "stated_share": len(stated) / max(len(records), 1),
-          "mean_stated": float(np.mean(donations)) if donations else float("nan"),
-          "human_mean": float(np.mean(humans)),
-          **diagnostics.donation_distances(donations, humans)}
-
-
-def persuadee_utterances(records: Sequence[dict[str, Any]]) -> list[str]:
-  """Every persuadee turn with its donation block removed; a turn that was only the statement
-  is not an utterance here (the donation columns hold it)."""
-  texts = [DONATION_BLOCK.sub(" ", t.text).strip() for r in records for t in r["turns"]
-           if t.speaker == persuasion_env.PERSUADEE]
-  return [t for t in texts if t]
-
-
-def coverage(utterances: dict[str, list[str]], embed, *, per_simulator: int, clusters: int,
-             min_count: int, seed: int) -> dict[str, dict[str, float]]:
-  """Per group: its coverage of all clusters and of the humans' (module docstring)."""
-  rng = np.random.default_rng(seed)
-  picked = {name: [texts[i] for i in sorted(rng.choice(len(texts), min(per_simulator, len(texts)),
-                                                        replace=False))]
-            for name, texts in utterances.items()}
-  names = [name for name, texts in picked.items() for _ in texts]
-  vectors_NxD = embed([t for texts in picked.values() for t in texts])
-  vectors_NxD = vectors_NxD - vectors_NxD.mean(axis=0)  # Decoder states share one direction.
-  vectors_NxD /= np.maximum(np.linalg.norm(vectors_NxD, axis=1, keepdims=True), 1e-6)
-  labels_N = diagnostics.behaviour_clusters(vectors_NxD, clusters, seed)
-  by_name = {name: labels_N[np.asarray(names) == name].tolist() for name in picked}
-  overall = diagnostics.cluster_coverage(by_name, min_count)
-  human_clusters = {c for c in set(by_name[HUMAN]) if by_name[HUMAN].count(c) >= min_count}
-  out = {}
-  for name, labels in by_name.items():
-    reached = {c for c in set(labels) if labels.count(c) >= min_count}
-    out[name] = {"utterances": len(labels), "coverage": overall[name],
-                 "human_coverage": len(reached & human_clusters) / max(len(human_clusters), 1),
-                 "cluster_entropy": diagnostics.label_entropy(labels)}
-  return out
-
-
-def nearest_neighbour_agreement(vectors_NxD: np.ndarray, labels: Sequence[str]) -> float:
-  """Leave-one-out: the share of rows whose most cosine-similar other row has the same label."""
-  unit_NxD = vectors_NxD / np.maximum(np.linalg.norm(vectors_NxD, axis=1, keepdims=True), 1e-9)
-  similarity_NxN = unit_NxD @ unit_NxD.T
-  np.fill_diagonal(similarity_NxN, -np.inf)
-  labels = np.asarray(labels)
-  return float(np.mean(labels[similarity_NxN.argmax(axis=1)] == labels))
-
-
-def check_embeddings(embed, texts: Sequence[str], labels: Sequence[str]) -> dict[str, float]:
-  """Do the embeddings group sentences by what they do? 1-NN strategy-label agreement for
-  `embed` (centred, as coverage uses it), for hashed word n-gram counts, and chance."""
-  vectors_NxD = embed(texts)
-  counts_NxF = np.zeros((len(texts), strategy_classifier.NUM_FEATURES), np.float32)
-  for i, text in enumerate(texts):
-    np.add.at(counts_NxF[i], strategy_classifier.features(text), 1.0)
-  _, shares = np.unique(labels, return_counts=True)
-  return {"sentences": len(texts),
-          "embedding": nearest_neighbour_agreement(vectors_NxD - vectors_NxD.mean(0), labels),
-          "ngram_counts": nearest_neighbour_agreement(counts_NxF, labels),
-          "chance": float(np.sum((shares / shares.sum()) ** 2))}
-
-
-def _f(x: float, digits: int = 3) -> str:
-  return "–" if x != x else f"{x:.{digits}f}"
-
-
-def to_markdown(report: dict[str, Any]) -> str:
-  c = report["classifier"]
-  lines = [f"Strategy classifier: {c['accuracy']:.3f} held-out accuracy on {c['test_sentences']} "
-           f"sentences, {c['labels']} labels (majority {c['majority_accuracy']:.3f}).", "",
-           "| persuader | sentences | strategy entropy (nats) | labels used | commonest (share) |",
-           "|---|---:|---:|---:|---|"]
-  for name, row in report["policies"].items():
-    lines.append(f"| {name} | {row['sentences']} | {_f(row['label_entropy'])} | "
-                 f"{row['labels_used']} | {row['top_label']} ({_f(row['top_share'], 2)}) |")
-  e = report["embedding_check"]
-  lines += ["", f"Embedding check ({e['sentences']} annotated persuadee sentences): nearest "
-            f"neighbour shares the strategy label {e['embedding']:.3f} (hashed n-gram counts "
-            f"{e['ngram_counts']:.3f}, chance {e['chance']:.3f})."]
-  lines += ["", "| persuadee | dialogues | stated | mean stated $ | real persuadees' mean $ | KS | "
-            "L1 | utterances | coverage (all) | coverage (human clusters) | cluster entropy |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-  for name, cov in report["coverage"].items():
-    d = report["simulators"].get(name)
-    donation = ("| – " * 6 if d is None else
-                f"| {d['dialogues']} | {_f(d['stated_share'], 2)} | {_f(d['mean_stated'], 2)} | "
-                f"{_f(d['human_mean'], 2)} | {_f(d['ks'])} | {_f(d['l1'])} ")
-    lines.append(f"| {name} {donation}| {cov['utterances']} | {_f(cov['coverage'], 2)} | "
-                 f"{_f(cov['human_coverage'], 2)} | {_f(cov['cluster_entropy'], 2)} |")
-  return "\n".join(lines) + "\n"
+_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where report.md and report.json go.",
+                                  required=True)
+_POLICIES = flags.DEFINE_string("policies", "", "NAME=GLOB[+GLOB],...: transcripts by persuader.")
+_SIMULATORS = flags.DEFINE_string("simulators", "", "NAME=GLOB[+GLOB],...: transcripts by "
+                                  "persuadee.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = the shared default.")
+_SEED = flags.DEFINE_integer("seed", 1000, "The transcripts' scenario seed; also the sampling "
+                             "and k-means seed.")
+_PER_SIMULATOR = flags.DEFINE_integer("per_simulator", 400, "Utterances embedded per simulator "
+                                      "(and of the humans).", lower_bound=10)
+_CLUSTERS = flags.DEFINE_integer("clusters", 24, "k-means clusters.", lower_bound=2)
+_CHECK_SENTENCES = flags.DEFINE_integer("check_sentences", 800, "Annotated persuadee sentences "
+                                        "the embedding is checked on.", lower_bound=2)
+_MIN_COUNT = flags.DEFINE_integer("min_count", 3, "Utterances a cluster needs to count as "
+                                  "reached.", lower_bound=1)
 
 
 def main(argv):
   del argv
-  f = flags.FLAGS
-  policies = parse_groups(f.policies, "--policies")
-  simulators = parse_groups(f.simulators, "--simulators")
-  os.makedirs(cli.output_dir(f.output_dir, "--output_dir"), exist_ok=True)
-  env = persuasion_env.PersuasionEnv.from_corpus("eval", f.data_dir or None)
-  classifier, classifier_metrics = classifier_experiment.train_and_evaluate(
-      persuasion_env.PERSUADER, 0.2, 0, f.data_dir or None)
-  held_out = env.dialogues
-  policy_rows = {HUMAN: strategy_row(classifier, [t.text for d in held_out for t in d.turns
-                                                  if t.speaker == persuasion_env.PERSUADER])}
-  for name, files in policies.items():
-    policy_rows[name] = strategy_row(classifier, [
-        t.text for r in read_transcripts(files) for t in r["turns"]
-        if t.speaker == persuasion_env.PERSUADER])
-  records = {name: read_transcripts(files) for name, files in simulators.items()}
-  largest = max((int(r["key"].split(":")[1]) for rs in records.values() for r in rs), default=-1)
-  human_by_key = {s.scenario_id: s.donation for s in env.sample(f.seed, largest + 1)}
-  simulator_rows = {name: donation_row(rs, human_by_key) for name, rs in records.items()}
-  utterances = {HUMAN: [t.text for d in held_out for t in d.turns
-                        if t.speaker == persuasion_env.PERSUADEE]}
-  utterances.update({name: persuadee_utterances(rs) for name, rs in records.items()})
-  embed = sentence_embeddings.smollm2_embedder()
-  annotated = [r for r in loader.load_strategy_labels(f.data_dir or None)
-               if r.speaker == persuasion_env.PERSUADEE]
-  annotated = [annotated[i] for i in sorted(np.random.default_rng(f.seed).choice(
-      len(annotated), min(f.check_sentences, len(annotated)), replace=False))]
-  report = {"classifier": classifier_metrics, "policies": policy_rows,
-            "simulators": simulator_rows,
-            "embedding_check": check_embeddings(embed, [r.text for r in annotated],
-                                                [r.labels[0] for r in annotated]),
-            "coverage": coverage(utterances, embed,
-                                 per_simulator=f.per_simulator, clusters=f.clusters,
-                                 min_count=f.min_count, seed=f.seed),
-            "settings": {"per_simulator": f.per_simulator, "clusters": f.clusters,
-                         "min_count": f.min_count, "seed": f.seed,
-                         "policies": policies, "simulators": simulators}}
-  with open(os.path.join(f.output_dir, "report.json"), "w") as out:
-    json.dump(report, out, indent=1)
-  markdown = to_markdown(report)
-  with open(os.path.join(f.output_dir, "report.md"), "w") as out:
-    out.write(markdown)
-  print(markdown)
+  persuasion_diagnostics.run(
+      _OUTPUT_DIR.value, _POLICIES.value, _SIMULATORS.value, data_dir=_DATA_DIR.value,
+      seed=_SEED.value, per_simulator=_PER_SIMULATOR.value, clusters=_CLUSTERS.value,
+      check_sentences=_CHECK_SENTENCES.value, min_count=_MIN_COUNT.value)
 
 
 if __name__ == "__main__":
-  flags.DEFINE_string("output_dir", None, "Where report.md and report.json go.", required=True)
-  flags.DEFINE_string("policies", "", "NAME=GLOB[+GLOB],...: transcripts by persuader.")
-  flags.DEFINE_string("simulators", "", "NAME=GLOB[+GLOB],...: transcripts by persuadee.")
-  flags.DEFINE_string("data_dir", "", "The corpus; '' = the shared default.")
-  flags.DEFINE_integer("seed", 1000, "The transcripts' scenario seed; also the sampling and "
-                       "k-means seed.")
-  flags.DEFINE_integer("per_simulator", 400, "Utterances embedded per simulator (and of the "
-                       "humans).", lower_bound=10)
-  flags.DEFINE_integer("clusters", 24, "k-means clusters.", lower_bound=2)
-  flags.DEFINE_integer("check_sentences", 800, "Annotated persuadee sentences the embedding "
-                       "is checked on.", lower_bound=2)
-  flags.DEFINE_integer("min_count", 3, "Utterances a cluster needs to count as reached.",
-                       lower_bound=1)
   cli.run(main)

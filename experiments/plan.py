@@ -13,8 +13,9 @@ import copy
 
 from absl import flags
 
-from experiments import cli
+from data_pipelines import cli
 from ilql_dialogue import memory_plan
+from workflows import config_checks
 
 _CONFIG = cli.define_config_file("config", None, "Training config file.", lock_config=True)
 _MESH = flags.DEFINE_string("mesh", "data:1,fsdp:1,tensor:1",
@@ -40,7 +41,7 @@ def main(argv):
   if config.model.vocab_size <= 0:
     raise cli.BadInput("config.model.vocab_size is 0 (taken from the data when training); "
                        "pass --config.model.vocab_size=N")
-  cli.check_train_fields(config)
+  config_checks.check_train_fields(config)
   with cli.reported_as("--config"):
     plan = memory_plan.plan(config, mesh, seq_len=_SEQ_LEN.value,
                             decode_batch=_DECODE_BATCH.value, decode_len=_DECODE_LEN.value)

@@ -1,4 +1,4 @@
-"""gamma of a learned simulator against its reference (cotraining/sharpness.py).
+"""gamma of a learned simulator against its reference (workflows/simulator_gamma.py).
 
     python -m experiments.simulator_gamma --simulator=runs/collapse/cotrain_s0 \
         --reference=runs/panel_airdialogue/customer_seed0 --temperature=0.7 \
@@ -8,87 +8,36 @@
         --reference=runs/p4g/persuadee_s0 --temperature=0.7 \
         --transcripts=runs/p4g/test/transcripts_persuader_bc_vs_persuadee_s0_seed1000_n102.jsonl \
         --output=runs/p4g/gamma_cotrain_s0.json
-
-`--simulator` is a simulator workdir (the AirDialogue customer, the P4G
-persuadee), a co-training workdir (its simulator is exported first,
-cotraining/cotrain.py; `RUN@STEP` for one step) or a population member.
-States are the histories before every simulator turn of `--transcripts`
-(`evaluate` or `evaluate_env` output; its scenario ids name the scenarios of
---env), up to `--num_states`; the simulator samples `--k` replies at each, at
-`--temperature`.
 """
-
-from __future__ import annotations
-
-import json
-import os
-import tempfile
 
 from absl import flags
 
-from cotraining import cotrain, sharpness
-from experiments import cli
-from ilql_dialogue import init_from, persuasion_env, policy_io, rollout, simulators
+from data_pipelines import cli
+from workflows import simulator_gamma
 
-# --env -> (the environment whose scenarios the transcripts name, the simulator's role).
-ENVS = {"airdialogue": (lambda: rollout.AirDialogueEnv(kb_size=30), simulators.CUSTOMER),
-        "persuasion": (lambda: persuasion_env.PersuasionEnv.from_corpus("eval"),
-                       persuasion_env.PERSUADEE)}
-
-
-def scenarios_of(transcripts: str, env) -> dict[str, object]:
-  """The scenarios a transcript file's ids ("seed:index") name, rebuilt from their seeds."""
-  wanted: dict[int, int] = {}
-  with open(transcripts) as f:
-    for line in f:
-      seed, index = sharpness.transcript_turns(json.loads(line))[0].split(":")
-      wanted[int(seed)] = max(wanted.get(int(seed), 0), int(index) + 1)
-  return {env.scenario_key(s): s for seed, n in wanted.items() for s in env.sample(seed, n)}
-
-
-def measure(simulator: str, reference: str, transcripts: str, *, temperature: float,
-            num_states: int, k: int, seed: int = 0, env_name: str = "airdialogue") -> dict:
-  make_env, role = ENVS[env_name]
-  env = make_env()
-  contexts, histories = sharpness.states_from_transcripts(
-      transcripts, role, scenarios_of(transcripts, env), env, num_states)
-  with tempfile.TemporaryDirectory() as exported:
-    run, step = init_from.split_step(simulator)
-    config = policy_io.read_config(run)
-    if cotrain.enabled(config.get("rl")):
-      simulator = cotrain.export_simulator(run, exported, step)
-    party = simulators.make_party(simulator, role, temperature=temperature)
-    reference_lm = simulators.make_party(reference, role).decoder
-    return sharpness.simulator_gamma(party, reference_lm, contexts, histories, k=k, seed=seed)
+_ENV = flags.DEFINE_enum("env", "airdialogue", list(simulator_gamma.ENVS),
+                         "The task whose simulator is measured.")
+_SIMULATOR = flags.DEFINE_string("simulator", None, "Simulator, co-training (RUN[@STEP]) or "
+                                 "population-member workdir.", required=True)
+_REFERENCE = flags.DEFINE_string("reference", None, "The reference simulator workdir.",
+                                 required=True)
+_TRANSCRIPTS = flags.DEFINE_string("transcripts", None, "transcripts_*.jsonl whose simulator "
+                                   "turns are the states.", required=True)
+_TEMPERATURE = flags.DEFINE_float("temperature", 1.0, "The simulator's sampling temperature.",
+                                  lower_bound=1e-3)
+_NUM_STATES = flags.DEFINE_integer("num_states", 48, "States (customer turns) measured.",
+                                   lower_bound=2)
+_K = flags.DEFINE_integer("k", 16, "Replies sampled per state.", lower_bound=2)
+_SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
+_OUTPUT = flags.DEFINE_string("output", None, "JSON written here.", required=True)
 
 
 def main(argv):
   del argv
-  f = flags.FLAGS
-  for spec, what in ((init_from.split_step(f.simulator)[0], "--simulator"),
-                     (f.reference, "--reference")):
-    cli.existing_dir(spec, what)
-  cli.existing_file(f.transcripts, "--transcripts")
-  cli.output_file(f.output, "--output")
-  result = measure(f.simulator, f.reference, f.transcripts, temperature=f.temperature,
-                   num_states=f.num_states, k=f.k, seed=f.seed, env_name=f.env)
-  result.update(env=f.env, simulator=f.simulator, reference=f.reference,
-                transcripts=f.transcripts)
-  with open(f.output, "w") as out:
-    json.dump(result, out, indent=1)
-  print(json.dumps(result))
+  simulator_gamma.run(_SIMULATOR.value, _REFERENCE.value, _TRANSCRIPTS.value, _OUTPUT.value,
+                      env_name=_ENV.value, temperature=_TEMPERATURE.value,
+                      num_states=_NUM_STATES.value, k=_K.value, seed=_SEED.value)
 
 
 if __name__ == "__main__":
-  flags.DEFINE_enum("env", "airdialogue", list(ENVS), "The task whose simulator is measured.")
-  flags.DEFINE_string("simulator", None, "Simulator, co-training (RUN[@STEP]) or "
-                      "population-member workdir.", required=True)
-  flags.DEFINE_string("reference", None, "The reference simulator workdir.", required=True)
-  flags.DEFINE_string("transcripts", None, "transcripts_*.jsonl whose simulator turns are the "
-                      "states.", required=True)
-  flags.DEFINE_float("temperature", 1.0, "The simulator's sampling temperature.", lower_bound=1e-3)
-  flags.DEFINE_integer("num_states", 48, "States (customer turns) measured.", lower_bound=2)
-  flags.DEFINE_integer("k", 16, "Replies sampled per state.", lower_bound=2)
-  flags.DEFINE_integer("seed", 0, "Sampling seed.")
-  flags.DEFINE_string("output", None, "JSON written here.", required=True)
   cli.run(main)

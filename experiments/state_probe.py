@@ -1,76 +1,28 @@
-"""Where a CALM state head's tracked intent comes from: the customer's words or the table.
+"""Where a CALM state head's tracked intent comes from (workflows/state_probe.py).
 
     python -m experiments.state_probe --workdir=runs/tablehead/scenes_state [--step=1500]
 
-Plays one batch of fresh generator scenes (calm/scenes.py, its own seed) through
-a `head=state` run's trunk and reads each tracked field's accuracy at the
-`[action]` marker twice: with the scenes' tables, and with every flight row's
-dates and airports set to one value. A field the trunk reads from the
-customer keeps its accuracy when the table is blanked; one it reads off the
-table (the generator puts many flights on the intent's dates) loses it.
+Prints each tracked field's accuracy with the scenes' tables and with the tables blanked.
 """
-
-from __future__ import annotations
 
 import json
 
-import jax.numpy as jnp
-import numpy as np
-from absl import app, flags
+from absl import flags
 
-from calm import model as calm_model, scenes, state
-from data_pipelines.tokenization import load_tokenizer
-from ilql_dialogue import bc, policy_io
-from ilql_dialogue.tasks import airdialogue
+from data_pipelines import cli
+from workflows import config_checks, state_probe
 
-BLANKED = ("departure_airport", "return_airport", "departure_month", "departure_day",
-           "return_month", "return_day")
-PROBE_SEED = (0x5052, 0)  # "PR": apart from every training and evaluation stream.
-
-
-def blank_table(fields_BxPxF: np.ndarray) -> np.ndarray:
-  """The flight rows' BLANKED fields set to value 1: the table no longer says the intent."""
-  fields_BxPxF = np.array(fields_BxPxF)
-  is_flight_BxP = fields_BxPxF[..., airdialogue.FIELD["row_type"]] == airdialogue.ROW_FLIGHT
-  for name in BLANKED:
-    column = fields_BxPxF[..., airdialogue.FIELD[name]]
-    fields_BxPxF[..., airdialogue.FIELD[name]] = np.where(is_flight_BxP, 1, column)
-  return fields_BxPxF
-
-
-def accuracies(model: calm_model.CALMModel, batch: dict[str, np.ndarray],
-               fields_BxPxF: np.ndarray) -> dict[str, float]:
-  mask_BxT = jnp.asarray(batch["attention_mask"], bool)
-  hidden_BxTxD, _ = model(jnp.asarray(batch["input_ids"]), bc.positions_from_mask(mask_BxT),
-                          mask_BxT, prefix_BxPxD=model.embed_prefix(jnp.asarray(fields_BxPxF)))
-  tracked = model.action_head.tracked(hidden_BxTxD, mask_BxT,
-                                      jnp.asarray(batch[calm_model.ACTION_POSITION]))
-  codes_BxK = np.asarray(state.batch_codes(batch))
-  return {name: float(np.mean(np.asarray(jnp.argmax(log_p, -1)) == codes_BxK[:, k]))
-          for k, (name, log_p) in enumerate(zip(state.TRACKED_NAMES, tracked))}
-
-
-def probe(workdir: str, step: int | None = None, rows: int = 128) -> dict[str, dict[str, float]]:
-  config = policy_io.read_config(workdir)
-  model, step = policy_io.restore_model(workdir, config, step)
-  if not isinstance(model.action_head, state.StateHead):
-    raise ValueError(f"{workdir}: trained with algorithm.head={config.algorithm.get('head')!r}, "
-                     "the probe reads a state head (algorithm.head=state or pooled)")
-  tokenizer = load_tokenizer(f"{workdir}/tokenizer")
-  batch = scenes.scene_batch(rows, PROBE_SEED, tokenizer, config.task.max_length, 30)
-  return {"step": step,
-          "table": accuracies(model, batch, batch[bc.PREFIX_FIELDS]),
-          "table_blanked": accuracies(model, batch, blank_table(batch[bc.PREFIX_FIELDS]))}
+_WORKDIR = flags.DEFINE_string("workdir", None, "A CALM run with algorithm.head=state.",
+                               required=True)
+_STEP = flags.DEFINE_integer("step", None, "Its checkpoint (default: the selected one).")
+_ROWS = flags.DEFINE_integer("rows", 128, "Scenes played.", lower_bound=1)
 
 
 def main(argv):
   del argv
-  f = flags.FLAGS
-  print(json.dumps(probe(f.workdir, f.step, f.rows), indent=1))
+  config_checks.training_workdir(_WORKDIR.value, "--workdir", _STEP.value)
+  print(json.dumps(state_probe.probe(_WORKDIR.value, _STEP.value, _ROWS.value), indent=1))
 
 
-if __name__ == "__main__":  # Flags only here: tests import the module beside other CLIs.
-  flags.DEFINE_string("workdir", None, "A CALM run with algorithm.head=state.", required=True)
-  flags.DEFINE_integer("step", None, "Its checkpoint (default: the selected one).")
-  flags.DEFINE_integer("rows", 128, "Scenes played.")
-  app.run(main)
+if __name__ == "__main__":
+  cli.run(main)

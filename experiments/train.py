@@ -14,8 +14,9 @@ import os
 import jax
 from absl import flags, logging
 
-from experiments import cli, train_lib
+from data_pipelines import cli
 from ilql_dialogue import multihost
+from workflows import config_checks, train
 
 _CONFIG = cli.define_config_file("config", None, "Experiment config file.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Checkpoints, metrics and plots go here.",
@@ -30,13 +31,13 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index.")
 
 def main(argv):
   del argv
-  cli.validate_train_config(_CONFIG.value)
+  config_checks.validate_train_config(_CONFIG.value)
   cli.output_dir(_WORKDIR.value, "--workdir")
   if _DISTRIBUTED.value:
     multihost.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   logging.info("JAX %s: process %d/%d, %d devices.", jax.__version__, jax.process_index(),
                jax.process_count(), jax.device_count())
-  train_lib.run(_CONFIG.value, os.path.abspath(_WORKDIR.value))
+  train.run(_CONFIG.value, os.path.abspath(_WORKDIR.value))
 
 
 if __name__ == "__main__":

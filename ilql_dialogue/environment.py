@@ -2,8 +2,8 @@
 
 A task is data and an environment. The environment knows the task and
 nothing about who plays it; the engine (`play`) knows the turn protocol and
-nothing about the task; the parties (simulators.Party) know only their own
-side. So evaluation (rollout.py: AirDialogue success) and online RL
+nothing about the task; the parties (Party) know only their own
+side. So evaluation (e.g. domains/airdialogue/environment.py) and online RL
 (cotraining/: rewards for a trained role) run the same dialogues.
 
 An environment defines:
@@ -37,7 +37,7 @@ from typing import Any, Mapping, Protocol, Sequence
 import numpy as np
 
 from data_pipelines.dialogue import Turn
-from ilql_dialogue.simulators import Party
+from ilql_dialogue.party import Party
 
 TURN_LIMIT = "turn_limit"
 

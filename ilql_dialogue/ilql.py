@@ -1,6 +1,6 @@
 """Implicit Language Q-Learning (Snell et al. 2022) as an Algorithm.
 
-    L = L_Q + L_V + cql_weight * L_CQL + bc_weight * L_BC      (BRIEF section 3)
+    L = L_Q + L_V + cql_weight * L_CQL + bc_weight * L_BC      (docs/METHODS.md, ILQL)
 
 Batches follow data_pipelines/mdp.py: action token i is chosen in state
 h_{i-1}, so Q(h_{i-1}, .) scores input_ids[i]; `next_token_index[i]` is the
@@ -55,7 +55,7 @@ CQL_NORMALIZATIONS = ("token", "utterance")
 
 @dataclasses.dataclass(frozen=True)
 class ILQLConfig:
-  """Hyperparameters; defaults are the paper's typical values (BRIEF section 3)."""
+  """Hyperparameters; defaults are the paper's typical values (docs/METHODS.md, ILQL)."""
 
   gamma: float = 0.99
   tau: float = 0.7  # Expectile of V; 0.5 = mean (SARSA-like), -> 1 = max.
@@ -228,7 +228,7 @@ def expectile_weights(diff: jax.Array, tau: float) -> jax.Array:
 def ilql_loss_terms(qs_BxKxV: Sequence[jax.Array], target_qs_BxKxV: Sequence[jax.Array],
                     v_BxK: jax.Array, v_next_BxK: jax.Array, logits_BxKxV: jax.Array,
                     tr: Transitions, cfg: ILQLConfig) -> tuple[jax.Array, Metrics]:
-  """The ILQL objective on gathered transitions (pure; see BRIEF section 3).
+  """The ILQL objective on gathered transitions (pure; see docs/METHODS.md, ILQL).
 
   `qs_BxKxV` / `target_qs_BxKxV` hold one array per Q head; `v_next_BxK` is V
   at `tr.next_state_BxK` (any value where that is -1).

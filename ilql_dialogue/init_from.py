@@ -43,6 +43,7 @@ from absl import logging
 from flax import nnx
 from flax.nnx import traversals
 
+from ilql_dialogue import restore
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.transformer import Transformer
 
@@ -120,11 +121,10 @@ def _lm_weights(lm: nnx.Module) -> dict[str, np.ndarray]:
 def load(source: Source) -> tuple[ModelConfig, dict[str, np.ndarray]]:
   """(architecture, flat weights) of a source; cached, since the launcher asks twice."""
   if source.kind == "workdir":
-    from ilql_dialogue import policy_io  # Restoring needs the registry, which imports us.
     from ilql_dialogue.value_heads import ILQLModel
 
-    config = policy_io.read_config(source.path)
-    model, step = policy_io.restore_model(source.path, config, source.step)
+    config = restore.read_config(source.path)
+    model, step = restore.restore_model(source.path, config, source.step)
     # The source LM is the policy: ILQL's policy trunk, GRPO's policy (cotraining/policy.py),
     # CALM's table-conditioned LM without its reward embedding and head (calm/model.py).
     lm = model.policy if isinstance(model, ILQLModel) or hasattr(model, "reference") else model

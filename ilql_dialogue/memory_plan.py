@@ -36,7 +36,8 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 
 from data_pipelines import mdp
-from ilql_dialogue import bc, registry, sharding, simulators, train_loop, value_guidance
+from ilql_dialogue import bc, registry, sharding, train_loop, value_guidance
+from ilql_dialogue.lm_party import empty_state
 from ilql_dialogue.ilql import ILQLModel
 
 GIB = 1024 ** 3
@@ -163,7 +164,7 @@ def plan(config: ml_collections.ConfigDict, mesh_sizes: Mapping[str, int], *,
   growth = [b - a for a, b in zip(one, two, strict=True)]
 
   decoder = value_guidance.decoding_model(model) if isinstance(model, ILQLModel) else model
-  cache = jax.eval_shape(lambda: simulators.empty_state(decoder, decode_batch, decode_len).cache)
+  cache = jax.eval_shape(lambda: empty_state(decoder, decode_batch, decode_len).cache)
   kv_split = shards * (mesh.shape["tensor"]
                        if decoder.cfg.num_kv_heads % mesh.shape["tensor"] == 0 else 1)
   kv_bytes = -(-sum(_nbytes(x) for x in jax.tree.leaves(cache)) // kv_split)

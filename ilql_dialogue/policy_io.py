@@ -26,24 +26,15 @@ import json
 import os
 from typing import Any, Callable
 
-import jax
 import ml_collections
-import orbax.checkpoint as ocp
 from flax import nnx
 
 from data_pipelines import mdp
-from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
-from ilql_dialogue import registry, value_guidance
-from ilql_dialogue.checkpointing import BEST_DIR, CHECKPOINT_DIR
-from ilql_dialogue.simulators import LMParty
+from ilql_dialogue import registry, tasks, value_guidance
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.restore import read_config, restore_model
 from ilql_dialogue.value_heads import ILQLModel
-
-# Context serializations a dataset may have been built with, tried in order.
-SERIALIZATIONS: dict[str, mdp.SerializeContext] = {
-    "airdialogue": to_dialogue.serialize_context,
-    "json": mdp.json_context,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,71 +67,6 @@ class Policy:
     return value_guidance.value_guidance(self.model, beta, batch_size)
 
 
-def _tuples(obj: Any) -> Any:
-  """JSON lists back to the tuples the configs hold (ModelConfig must stay hashable)."""
-  if isinstance(obj, list):
-    return tuple(_tuples(v) for v in obj)
-  if isinstance(obj, dict):
-    return {k: _tuples(v) for k, v in obj.items()}
-  return obj
-
-
-def read_config(workdir: str) -> ml_collections.ConfigDict:
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
-    raise ValueError(f"{workdir}: no config.json; not a training workdir")
-  with open(path, encoding="utf-8") as f:
-    try:
-      obj = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}:{e.lineno}: field '<record>': malformed JSON ({e.msg})") from None
-  for field in ("algorithm", "model"):
-    if not isinstance(obj.get(field), dict):
-      raise ValueError(f"{path}: field '{field}': missing")
-  return ml_collections.ConfigDict(_tuples(obj))
-
-
-def selected(workdir: str) -> dict[str, Any] | None:
-  """The meta of the run's kept best checkpoint (`best/`): step, metric, value and
-  the evaluation that chose it (e.g. `best_beta`); None if the run keeps none."""
-  directory = os.path.join(os.path.abspath(workdir), BEST_DIR)
-  if not os.path.isdir(directory):
-    return None
-  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
-  with ocp.CheckpointManager(directory, options=options, item_names=("meta",)) as manager:
-    step = manager.latest_step()
-    if step is None:
-      return None
-    return manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta
-
-
-def restore_model(workdir: str, config: ml_collections.ConfigDict,
-                  step: int | None = None) -> tuple[nnx.Module, int]:
-  """The `model` subtree of a checkpoint on one device: `step` of checkpoints/,
-  or by default the selected best (best/, when the run selects) else the latest."""
-  algorithm = registry.make_algorithm(config, f"{workdir}/config.json")
-  abstract = nnx.eval_shape(lambda: algorithm.init(config, nnx.Rngs(0)))
-  graphdef, abstract_state = nnx.split(abstract)
-  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  target = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=device),
-                        nnx.to_pure_dict(abstract_state))
-  best = selected(workdir) if step is None else None
-  directory = os.path.abspath(os.path.join(workdir, BEST_DIR if best else CHECKPOINT_DIR))
-  options = ocp.CheckpointManagerOptions(create=False, read_only=True)
-  with ocp.CheckpointManager(directory, options=options, item_names=("state",)) as manager:
-    steps = list(manager.all_steps())
-    if not steps:
-      raise ValueError(f"{workdir}: no checkpoint under {CHECKPOINT_DIR}/")
-    step = max(steps) if step is None else step
-    if step not in steps:
-      raise ValueError(f"{workdir}: no checkpoint at step {step}; saved: {sorted(steps)}")
-    restore_args = jax.tree.map(lambda s: ocp.ArrayRestoreArgs(sharding=s.sharding), target)
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
-        item={"model": target}, restore_args={"model": restore_args}, partial_restore=True)))
-  nnx.replace_by_pure_dict(abstract_state, restored.state["model"])
-  return nnx.merge(graphdef, abstract_state), step
-
-
 def find_tokenizer_dir(workdir: str, config: ml_collections.ConfigDict) -> str:
   candidates = [os.path.join(workdir, "tokenizer")]
   dataset_dir = config.get("data", {}).get("dataset_dir") or ""
@@ -161,10 +87,11 @@ def training_layout(dataset_dir: str, tokenizer: DialogueTokenizer
   example = load_mdp_dataset(dataset_dir)[0]
   role, ids = example["role"], example["input_ids"][:example["length"]]
   if ids[0] != tokenizer.context_id:
-    return role, False, SERIALIZATIONS["airdialogue"]
+    return role, False, mdp.json_context
   context = json.loads(example["context_json"])
   stored = ids[1:ids.index(tokenizer.dialogue_id)] if tokenizer.dialogue_id in ids else ids[1:]
-  for serialize in SERIALIZATIONS.values():
+  serializations = registry.serializations()
+  for serialize in serializations.values():
     try:
       encoded = tokenizer.encode(serialize(role, context))
     except (ValueError, KeyError):
@@ -172,12 +99,10 @@ def training_layout(dataset_dir: str, tokenizer: DialogueTokenizer
     if encoded[:len(stored)] == stored:
       return role, True, serialize
   raise ValueError(f"{dataset_dir}: field 'input_ids': the context tokens of example 0 match "
-                   f"none of the serializations {sorted(SERIALIZATIONS)}")
+                   f"none of the serializations {sorted(serializations)}")
 
 
 def _task_layout(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  from ilql_dialogue import tasks  # The task modules read the run's (existing) datasets.
-
   task = tasks.make_task(config)
   return dict(role=task.role, tokenizer=task.tokenizer, include_context=task.include_context,
               serialize_context=task.serialize_context,
@@ -194,7 +119,7 @@ def _dataset_layout(workdir: str, config: ml_collections.ConfigDict, role: str |
     raise ValueError(f"{workdir}: training dataset {dataset_dir!r} not found; pass role= "
                      f"(and check the context layout)")
   else:
-    data_role, include_context, serialize = None, True, SERIALIZATIONS["airdialogue"]
+    data_role, include_context, serialize = None, True, mdp.json_context
   return dict(role=data_role, tokenizer=tokenizer, include_context=include_context,
               serialize_context=serialize)
 
@@ -229,6 +154,8 @@ def lm_party(policy: Policy, role: str, *, beta: float = 0.0,
   if policy.role is not None and policy.role != role:
     raise ValueError(f"{policy.workdir}: trained to play {policy.role!r}, asked to play {role!r}")
   hook = None if beta == 0.0 else functools.partial(policy.hook, beta=beta)
+  task = policy.config.get("task")
+  markers = registry.block_markers(task.name) if task is not None else None
   return LMParty(policy.decoder, policy.tokenizer, role, include_context=policy.include_context,
                  serialize_context=policy.serialize_context, prefix_fields=policy.prefix_fields,
-                 hook=hook, **options)
+                 block_markers=markers, hook=hook, **options)

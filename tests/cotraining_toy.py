@@ -15,8 +15,9 @@ import numpy as np
 from flax import nnx
 
 from data_pipelines import tokenization
-from experiments.configs import base_config
-from ilql_dialogue import bc, environment, simulators
+from workflows.base_config import base_config
+from ilql_dialogue import bc, environment
+from ilql_dialogue.lm_party import LMParty, forbidden_token_ids
 
 ROLES = ("user", "bot")
 WORDS = ("yes", "no", "maybe", "later")
@@ -103,10 +104,10 @@ def make_model(config, seed=0, std=0.4):
 
 def bot(decoder, *, max_new_tokens=4, temperature=1.0, only_words=False, **kwargs):
   tok = tokenizer()
-  forbidden = simulators.forbidden_token_ids(tok, "bot")
+  forbidden = forbidden_token_ids(tok, "bot")
   if only_words:
     allowed = set(word_ids())
     forbidden = [i for i in range(decoder.cfg.vocab_size) if i not in allowed]
-  return simulators.LMParty(decoder, tok, "bot", max_new_tokens=max_new_tokens,
+  return LMParty(decoder, tok, "bot", max_new_tokens=max_new_tokens,
                             temperature=temperature, include_context=False,
                             forbidden_ids=forbidden, **kwargs)

@@ -1,4 +1,4 @@
-"""The dialogue LM's stream (ilql_dialogue/tasks/airdialogue_lm.py): every kind of row is a
+"""The dialogue LM's stream (domains/airdialogue/lm_task.py): every kind of row is a
 pure function of its entropy, has static lengths, and marks as targets only what it teaches."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from data_pipelines import mdp_dataset
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from data_pipelines.tokenization import train_tokenizer
-from ilql_dialogue.tasks import airdialogue_lm as lm
+from domains.airdialogue import lm_task as lm
 
 ROWS = 4
 

@@ -24,7 +24,7 @@ from data_pipelines.airdialogue import selfplay
 from data_pipelines.airdialogue import slot_parser
 from data_pipelines.airdialogue import solver
 from data_pipelines.airdialogue import typing_noise
-from ilql_dialogue import simulators
+from ilql_dialogue.parties import make_party
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FIELD_SLOT = agents.SLOT_OF_FIELD
@@ -234,21 +234,21 @@ def test_oracle_succeeds_for_every_style_and_family(scenes, style, family):
 
 
 def test_party_specs_select_a_family_or_a_group():
-  customer = simulators.make_party("scripted:terse/numeric", "customer")
+  customer = make_party("scripted:terse/numeric", "customer")
   assert customer.families == ("numeric",)
-  assert simulators.make_party("scripted:chatty/held_out", "customer").families == (
+  assert make_party("scripted:chatty/held_out", "customer").families == (
       _SPLIT.held_out("customer"))
-  assert simulators.make_party("scripted:chatty", "customer").families == ("template",)
-  agent = simulators.make_party("scripted_agent:oracle/formal", "agent")
+  assert make_party("scripted:chatty", "customer").families == ("template",)
+  agent = make_party("scripted_agent:oracle/formal", "agent")
   assert agent.families == ("formal",)
   with pytest.raises(ValueError, match="unknown customer phrasing family 'klingon'"):
-    simulators.make_party("scripted:terse/klingon", "customer")
+    make_party("scripted:terse/klingon", "customer")
   with pytest.raises(ValueError, match="empty phrasing family"):
-    simulators.make_party("scripted:terse/", "customer")
+    make_party("scripted:terse/", "customer")
   scenes = context.sample_contexts(np.random.default_rng(3), 6)
-  group = simulators.make_party("scripted:volunteer/held_out", "customer")
+  group = make_party("scripted:volunteer/held_out", "customer")
   group.reset([i.to_json() for i, _ in scenes], list(range(6)))
-  again = simulators.make_party("scripted:volunteer/held_out", "customer")
+  again = make_party("scripted:volunteer/held_out", "customer")
   again.reset([i.to_json() for i, _ in scenes], list(range(6)))
   assert group.respond([[]] * 6) == again.respond([[]] * 6)
   assert {c.family.name for c in group._rows} <= set(_SPLIT.held_out("customer"))

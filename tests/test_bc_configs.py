@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import offline_eval, pipeline_lib
-from experiments import train_lib as launcher
+from workflows import offline_eval, quickstart as pipeline_lib
+from workflows import train as launcher
 from experiments.configs import quickstart
 from ilql_dialogue import bc, init_from, metrics, policy_io, registry, sharding, tasks, train_loop
+from ilql_dialogue import restore
 from ilql_dialogue.models import hf_io
 
 CONFIGS = ("bc_airdialogue", "bc_airdialogue_customer", "bc_persuasion", "bc_persuasion_persuadee")
@@ -114,7 +115,7 @@ def test_quick_config_trains_and_evaluates_offline(name, data, tmp_path):
   else:
     assert got[key] == got["final_turn/evaluated"] == 2 and len(got["samples"]) == 2
   # The agent plays validation scenarios at its evaluation, which keeps its best checkpoint.
-  selection = policy_io.selected(workdir)
+  selection = restore.selected(workdir)
   if name == "bc_airdialogue":
     evals = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
              if r["split"] == "eval"]
@@ -162,7 +163,7 @@ def test_value_calibration_reads_v_before_the_first_action(data, tmp_path):
   """ILQL on tiny P4G data, then value_calibration: one row per held-out dialogue, V taken
   at the state before the persuader's first token, bins covering every dialogue."""
   import jax.numpy as jnp
-  from experiments import value_calibration
+  from workflows import value_calibration
   from ilql_dialogue import ilql
 
   config = tiny(load("ilql_persuasion_quick"), data)
@@ -180,7 +181,7 @@ def test_value_calibration_reads_v_before_the_first_action(data, tmp_path):
   assert value_calibration.pearson(np.arange(3.0), np.ones(3)) is None
   assert os.path.exists(os.path.join(workdir, "value_calibration_eval.png"))
 
-  model, _ = policy_io.restore_model(workdir, policy_io.read_config(workdir))
+  model, _ = restore.restore_model(workdir, restore.read_config(workdir))
   batch = {k: jnp.asarray(v) for k, v in tasks.eval_batches(task, config, limit=1)[0].items()}
   v_start_B, _, v_last_B, _, _ = value_calibration.start_values(model, batch, 0.99, "utterance")
   hidden = ilql.trunk_hidden(model.trunk, batch)

@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from experiments import benchmark_accelerator as ba
+from benchmarks import accelerator as ba
 
 LEASES = pathlib.Path(__file__).resolve().parents[1] / "docs" / "benchmarks"
 

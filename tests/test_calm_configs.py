@@ -16,9 +16,12 @@ import pytest
 
 from calm import data, model as calm_model, planning, state
 from data_pipelines import dialogue as dialogue_lib
-from experiments import cli, pipeline_lib, state_probe, train_lib
+from workflows import config_checks
+from workflows import quickstart as pipeline_lib, state_probe, train as train_lib
 from experiments.configs import quickstart
-from ilql_dialogue import rollout, simulators
+from domains.airdialogue.parties import AGENT, CUSTOMER, intent_from_json
+from ilql_dialogue.parties import make_party
+from domains.airdialogue import environment as airdialogue_env
 
 CONFIGS = ("calm_airdialogue", "calm_airdialogue_quick", "calm_airdialogue_accel")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +34,7 @@ def load(name):
 @pytest.mark.parametrize("name", CONFIGS)
 def test_configs_load_and_their_data_root_follows_calm_data(name):
   config = load(name)
-  cli.check_train_fields(config, name)
+  config_checks.check_train_fields(config, name)
   assert config.algorithm.name == "calm" and config.task.context == "prefix"
   assert config.task.root == data.prepared_root("runs/quickstart", True, 0)
   config.calm_data.update(source_root="/data/run", relabel=False, seed=3)
@@ -81,7 +84,7 @@ def test_cli_prepares_the_data_a_config_with_overrides_reads(root):
   intents = {d.dialogue_id: d.context["customer"] for d in dialogue_lib.read_jsonl(
       os.path.join(data.prepared_root(root, False, 0), "airdialogue", "train", "dialogues.jsonl"))}
   for row in train.select(range(min(6, len(train)))):  # The tracking targets: the row's intent.
-    codes = state.intent_codes(simulators.intent_from_json(intents[row["dialogue_id"]]))
+    codes = state.intent_codes(intent_from_json(intents[row["dialogue_id"]]))
     assert [row[name] for name in state.INTENT_COLUMNS] == codes.tolist()
 
 
@@ -127,10 +130,10 @@ def test_quick_config_trains_from_the_dialogue_lm_and_logs_the_head(calm_run):
 
 
 def test_a_calm_run_plays_as_a_planning_party(calm_run):
-  agent = simulators.make_party(f"calm:n=2,h=2:{calm_run}", simulators.AGENT, max_new_tokens=8)
+  agent = make_party(f"calm:n=2,h=2:{calm_run}", AGENT, max_new_tokens=8)
   assert (agent.n, agent.m, agent.h) == (2, 1, 2)  # m from the run's config.planning.
-  customer = simulators.make_party("scripted:volunteer", simulators.CUSTOMER)
-  results = list(rollout.run_dialogues(agent, customer, rollout.make_scenarios(1000, 2, 30),
+  customer = make_party("scripted:volunteer", CUSTOMER)
+  results = list(airdialogue_env.run_dialogues(agent, customer, airdialogue_env.make_scenarios(1000, 2, 30),
                                        batch_size=2, max_turns=4, seed=1000))
   assert len(results) == 2 and agent.picked[0] in (0, 1)
 
@@ -139,8 +142,9 @@ def test_a_calm_run_is_an_init_from_source_of_its_lm_only(calm_run):
   """Starting from a CALM workdir loads its table-conditioned LM; the reward embedding and the
   action head are CALM's own and stay behind."""
   from ilql_dialogue import init_from, policy_io
+  from ilql_dialogue import restore
 
-  model, _ = policy_io.restore_model(calm_run, policy_io.read_config(calm_run))
+  model, _ = restore.restore_model(calm_run, restore.read_config(calm_run))
   _, weights = init_from.load(init_from.parse(calm_run))
   expected = init_from._lm_weights(model.lm)
   assert weights.keys() == expected.keys() and all(k.startswith(("trunk.", "prefix."))
@@ -183,10 +187,10 @@ def test_selection_plays_a_head_acting_calm_run_as_its_head_agent(calm_run):
   config = load("calm_airdialogue_quick")
   assert config.planning.action == "head"
   planner = train_lib._calm_head_party(config)(
-      simulators.make_party(calm_run, simulators.AGENT))
+      make_party(calm_run, AGENT))
   assert isinstance(planner, planning.CALMPlanner) and (planner.n, planner.act) == (1, "head")
   config.planning.action = "lm"
   assert train_lib._calm_head_party(config) is None
-  at_step = simulators.make_party(f"calm:n=1:{calm_run}@3", simulators.AGENT)  # RUN@STEP too.
+  at_step = make_party(f"calm:n=1:{calm_run}@3", AGENT)  # RUN@STEP too.
   assert isinstance(at_step, planning.CALMPlanner)
   assert train_lib._calm_head_party(load("bc_airdialogue_quick")) is None

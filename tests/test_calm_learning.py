@@ -19,7 +19,7 @@ from flax import nnx
 from calm import model as calm_model
 from experiments.configs import calm_airdialogue_quick
 from ilql_dialogue import bc, sharding, train_loop
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 
 PAD, DIALOGUE, CUSTOMER, AGENT, EOT, MARK = range(6)
 CLASS_TOKEN = 8  # + class index (0 economy, 1 business).

@@ -12,7 +12,7 @@ from calm import actions, data, model as calm_model
 from data_pipelines.airdialogue import schema
 from experiments.configs import calm_airdialogue_quick
 from ilql_dialogue import bc, sharding, train_loop
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 
 
 def test_head_loss_is_minus_log_of_the_summed_probability_of_the_tied_classes():

@@ -14,12 +14,16 @@ import test_calm_model as toy
 from calm import actions, model as calm_model, planning
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.tokenization import load_tokenizer
-from experiments import pipeline_lib
+from workflows import quickstart as pipeline_lib
 from experiments.configs import quickstart
-from ilql_dialogue import rollout, simulators
+from domains.airdialogue.parties import AGENT, CUSTOMER
+from ilql_dialogue import party_spec
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.parties import make_party
+from domains.airdialogue import environment as airdialogue_env
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import init_cache
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 
 
 def test_reward_token_score_ranks_the_successful_continuation_first():
@@ -77,15 +81,15 @@ def untrained_party(tokenizer, max_new_tokens=6):
   c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
   c.model.max_seq_len = 256
   model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
-  return simulators.LMParty(model, tokenizer, simulators.AGENT, include_context=False,
+  return LMParty(model, tokenizer, AGENT, include_context=False,
                             prefix_fields=airdialogue.table_fields, max_new_tokens=max_new_tokens,
                             max_positions=256, temperature=1.0)
 
 
 def _play(agent, num_dialogues=2, max_turns=6):
-  scenarios = rollout.make_scenarios(1000, num_dialogues, 30)
-  customer = simulators.make_party("scripted:volunteer", simulators.CUSTOMER)
-  return list(rollout.run_dialogues(agent, customer, scenarios, batch_size=num_dialogues,
+  scenarios = airdialogue_env.make_scenarios(1000, num_dialogues, 30)
+  customer = make_party("scripted:volunteer", CUSTOMER)
+  return list(airdialogue_env.run_dialogues(agent, customer, scenarios, batch_size=num_dialogues,
                                     max_turns=max_turns, seed=1000))
 
 
@@ -93,7 +97,7 @@ def _assert_said(planner, results, picked):
   """Every row picked candidate `picked` and said it as its last agent turn."""
   assert planner.picked == [picked] * len(results)
   for b, result in enumerate(results):
-    agent_turns = [t.text for t in result.turns if t.speaker == simulators.AGENT]
+    agent_turns = [t.text for t in result.turns if t.speaker == AGENT]
     assert agent_turns[-1] == planner.candidates[b][picked]
 
 
@@ -183,7 +187,7 @@ def test_head_action_takes_status_and_flight_from_the_head_and_the_name_from_the
 def test_head_action_leaves_turns_without_a_parsed_block_as_written(tokenizer, text):
   planner = planning.CALMPlanner(saying(untrained_party(tokenizer), text), act="head")
   for result in _play(planner, max_turns=2):
-    assert [t.text for t in result.turns if t.speaker == simulators.AGENT] == [text]
+    assert [t.text for t in result.turns if t.speaker == AGENT] == [text]
   assert planner.head_actions == [None, None]
 
 
@@ -214,20 +218,23 @@ def test_candidate_zero_is_the_greedy_reply(tokenizer, greedy):
   plain = untrained_party(tokenizer)
   plain.sampling["temperature"] = 0.0
   for b, result in enumerate(_play(plain, max_turns=2)):
-    greedy_reply = [t.text for t in result.turns if t.speaker == simulators.AGENT][0]
+    greedy_reply = [t.text for t in result.turns if t.speaker == AGENT][0]
     assert (planner.candidates[b][0] == greedy_reply) == bool(greedy)
   assert planner.sampling["temperature"] == 1.0  # Imagined turns are still sampled.
 
 
 def test_spec_options_and_errors():
-  assert planning.parse_spec("calm:n=4,m=2,h=6,score=head:/runs/calm") == (
+  def parsed(text):
+    spec = party_spec.parse(text)
+    return dict(spec.options), spec.inner.target
+
+  assert parsed("calm:n=4,m=2,h=6,score=head:/runs/calm") == (
       {"n": 4, "m": 2, "h": 6, "score": "head"}, "/runs/calm")
-  assert planning.parse_spec("calm:/runs/calm") == ({}, "/runs/calm")
-  assert planning.parse_spec("calm:greedy=0:/runs/calm") == ({"greedy": 0}, "/runs/calm")
-  assert planning.parse_spec("calm:margin=0.1:/runs/calm") == ({"margin": 0.1}, "/runs/calm")
-  assert planning.parse_spec("calm:n=1,act=head:/runs/calm") == ({"n": 1, "act": "head"},
-                                                                  "/runs/calm")
-  with pytest.raises(ValueError, match="unknown CALM option 'k'"):
-    planning.parse_spec("calm:k=4:/runs/calm")
+  assert parsed("calm:/runs/calm") == ({}, "/runs/calm")
+  assert parsed("calm:greedy=0:/runs/calm") == ({"greedy": 0}, "/runs/calm")
+  assert parsed("calm:margin=0.1:/runs/calm") == ({"margin": 0.1}, "/runs/calm")
+  assert parsed("calm:n=1,act=head:/runs/calm") == ({"n": 1, "act": "head"}, "/runs/calm")
+  with pytest.raises(ValueError, match="unknown calm option 'k'"):
+    party_spec.parse("calm:k=4:/runs/calm")
   with pytest.raises(ValueError, match="is not a int"):
-    planning.parse_spec("calm:n=x:/runs/calm")
+    party_spec.parse("calm:n=x:/runs/calm")

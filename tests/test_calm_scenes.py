@@ -8,7 +8,7 @@ import pytest
 from calm import actions, model as calm_model, scenes, state
 from data_pipelines.airdialogue import action_grammar
 from ilql_dialogue import bc
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 from test_calm_planning import tokenizer  # noqa: F401 (a fixture: tiny corpora's tokenizer)
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from calm import actions, state
 from data_pipelines.airdialogue import context, solver
-from ilql_dialogue.tasks import airdialogue
+from domains.airdialogue import task as airdialogue
 
 
 def _scenes(n, seed):
@@ -66,7 +66,7 @@ def test_codes_fit_the_heads_and_the_loss_reads_them():
 
 
 def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
-  from experiments import state_probe
+  from workflows import state_probe
 
   fields_BxPxF = np.stack([airdialogue.table_fields(table.to_json()) for _, table in _scenes(8, 5)])
   blanked = state_probe.blank_table(fields_BxPxF)

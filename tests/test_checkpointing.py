@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments.configs import base_config
+from workflows.base_config import base_config
 from ilql_dialogue import checkpointing, metrics, sharding, train_loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,11 +168,12 @@ def test_best_checkpoint_keeps_the_best_evaluation_and_survives_resume(tmp_path)
   assert best.best == 0.9
   best.close()
   from ilql_dialogue import policy_io
-  assert policy_io.selected(workdir)["step"] == 6  # The tie at 0.9 goes to step 6.
+  from ilql_dialogue import restore
+  assert restore.selected(workdir)["step"] == 6  # The tie at 0.9 goes to step 6.
 
   config.train.steps = 12  # Resume: step 10 beats 0.9, step 12 does not.
   train_loop.train_and_evaluate(config, workdir, NoisyRegression(), regression_data(0), eval_fn)
-  meta = policy_io.selected(workdir)
+  meta = restore.selected(workdir)
   assert meta["step"] == 10 and meta["value"] == 0.95 and meta["eval"]["return"] == 0.95
   evals = [r for r in metrics.read_metrics(os.path.join(workdir, "metrics.jsonl"))
            if r["split"] == "eval"]

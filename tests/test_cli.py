@@ -1,6 +1,6 @@
 """Every command-line main answers bad input with one line that names it, exit status 1 and no
-traceback (experiments/cli.py). The mains run as subprocesses, all at once: each spends its
-seconds importing JAX before it checks anything."""
+traceback (data_pipelines/cli.py, workflows/config_checks.py). The mains run as subprocesses,
+all at once: each spends its seconds importing JAX before it checks anything."""
 
 import concurrent.futures
 import json
@@ -11,11 +11,11 @@ import sys
 import ml_collections
 import pytest
 
-from data_pipelines import mdp_dataset
+from data_pipelines import cli, mdp_dataset
 from data_pipelines.dialogue import Dialogue, Turn
 from data_pipelines.tokenization import train_tokenizer
-from experiments import cli
 from experiments.configs import bc_tiny
+from workflows import config_checks
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROLES = ("agent", "customer")
@@ -95,14 +95,14 @@ CASES = {
         ("experiments.compare_agents", "--agents=bc=/nonexistent/run",
          f"--workdir={p['root']}/compare"),
         ["--agents bc=/nonexistent/run: no such directory"]),
-    "benchmark: missing output directory": lambda p: (
-        ("experiments.benchmark", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
+    "lm_speed: missing output directory": lambda p: (
+        ("benchmarks.lm_speed", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
         ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
-    "benchmark_ilql: missing output directory": lambda p: (
-        ("experiments.benchmark_ilql", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
+    "ilql_speed: missing output directory": lambda p: (
+        ("benchmarks.ilql_speed", "--quick", "--output=/nonexistent/dir/BENCHMARKS.md"),
         ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
-    "benchmark_smollm2: missing output directory": lambda p: (
-        ("experiments.benchmark_smollm2", "--output=/nonexistent/dir/BENCHMARKS.md"),
+    "smollm2: missing output directory": lambda p: (
+        ("benchmarks.smollm2", "--output=/nonexistent/dir/BENCHMARKS.md"),
         ["--output=/nonexistent/dir/BENCHMARKS.md: no directory /nonexistent/dir"]),
     "build_dataset: missing dialogues": lambda p: (
         ("data_pipelines.build_dataset", "--dialogues=/nonexistent/d.jsonl",
@@ -161,7 +161,7 @@ def test_good_input_and_every_shipped_config_pass(paths):
   """The checks reject nothing that trains: matching datasets, and every config file's fields."""
   config = bc_tiny.get_config()
   config.data.update(dataset_dir=paths["agent"], eval_dataset_dir=paths["agent"])
-  cli.validate_train_config(config)
+  config_checks.validate_train_config(config)
   for entry in sorted(os.listdir(os.path.join(REPO, "experiments", "configs"))):
     name = entry.removesuffix(".py")
     # quickstart* are the pipeline's (tests/test_pipeline.py); panel_* are simulator panels
@@ -169,7 +169,7 @@ def test_good_input_and_every_shipped_config_pass(paths):
     if (entry.endswith(".py") and name not in ("__init__", "bc_tiny")
         and not name.startswith(("panel_", "quickstart"))):
       module = __import__(f"experiments.configs.{name}", fromlist=["get_config"])
-      cli.check_train_fields(module.get_config(), name)
+      config_checks.check_train_fields(module.get_config(), name)
 
 
 @pytest.mark.parametrize("name", ["bc", "filtered_bc"])
@@ -179,33 +179,33 @@ def test_algorithm_fields_it_would_ignore_are_refused(name):
   config.algorithm = ml_collections.ConfigDict(
       {"name": name, "top_fraction": 0.5, "top_fration": 0.5})
   with pytest.raises(cli.BadInput, match="unknown fields.*'top_fration'"):
-    cli.check_train_fields(config)
+    config_checks.check_train_fields(config)
 
 
 @pytest.mark.parametrize("spec,message", [
     ("calm:n=2:/no/such/run", "no such directory"),
     ("calm:bogus=1:/no/such/run", "unknown CALM option"),
-    ("vs:k=3:/no/such/run", "no such directory"),
+    ("pick:k=3:/no/such/run", "no such directory"),
     ("vs_llm:k=5,model=m", "base_url"),
 ])
 def test_wrapped_party_specs_are_checked_down_to_their_workdir(spec, message):
   """`calm:` and `vs:` wrap a workdir: their options and the workdir are checked at start-up;
   an LLM endpoint's options are."""
   with pytest.raises(cli.BadInput, match=message):
-    cli.check_party(spec, "agent" if spec.startswith("calm") else "customer", "--party")
+    config_checks.check_party(spec, "agent" if spec.startswith("calm") else "customer", "--party")
 
 
 def test_an_endpoint_party_passes_the_start_up_check():
-  assert cli.check_party("vs_llm:k=5,base_url=http://127.0.0.1:1/v1,model=m", "customer",
-                         "--customer") is None
+  assert config_checks.check_party("vs_llm:k=5,base_url=http://127.0.0.1:1/v1,model=m",
+                                   "customer", "--customer") is None
 
 
 def test_named_seeds_keep_a_wrappers_option_commas():
   """A list flag splits "calm_full=calm:n=4,m=2:A+calm:n=4,m=2:B" at every comma; the names
   and the wrappers' options come back whole."""
   items = "calm_full=calm:n=4,m=2,score=head:runs/a+calm:n=4,m=2:runs/b,bc=runs/c,vs=vs:k=3:d"
-  assert cli.named_seeds(items.split(","), "--agents") == {
+  assert config_checks.named_seeds(items.split(","), "--agents") == {
       "calm_full": ["calm:n=4,m=2,score=head:runs/a", "calm:n=4,m=2:runs/b"],
-      "bc": ["runs/c"], "vs": ["vs:k=3:d"]}
+      "bc": ["runs/c"], "vs": ["pick:k=3:d"]}
   with pytest.raises(cli.BadInput, match="'runs/c' is not NAME=SPEC"):
-    cli.named_seeds(["calm_full=calm:n=4:runs/a", "runs/c"], "--agents")
+    config_checks.named_seeds(["calm_full=calm:n=4:runs/a", "runs/c"], "--agents")

@@ -6,7 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from experiments import cli, collapse_report
+from data_pipelines import cli
+from workflows import collapse_report
 
 
 def _write_run(path, rewards, entropies, returns):

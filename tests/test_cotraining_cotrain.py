@@ -7,18 +7,19 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from jax.experimental.compilation_cache import compilation_cache
 
 import cotraining_toy as toy
 from cotraining import cotrain, experience
-from ilql_dialogue import metrics, policy_io, registry, simulators, train_loop
+from ilql_dialogue import metrics, policy_io, registry, train_loop
+from ilql_dialogue import restore as restore_lib
+from ilql_dialogue.lm_party import LMParty, forbidden_token_ids
 
 
 def user(decoder):
   tok = toy.tokenizer()
-  return simulators.LMParty(decoder, tok, "user", max_new_tokens=3, temperature=1.0,
+  return LMParty(decoder, tok, "user", max_new_tokens=3, temperature=1.0,
                             include_context=False,
-                            forbidden_ids=simulators.forbidden_token_ids(tok, "user"))
+                            forbidden_ids=forbidden_token_ids(tok, "user"))
 
 
 def cotrain_config(reward="zero_sum"):
@@ -35,21 +36,6 @@ def source(config, algorithm, target="yes", **kwargs):
       others={}, make_simulator=user, **kwargs)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def compile_once(tmp_path_factory):
-  """The runs below compile the same programs: a persistent cache compiles them once."""
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-           "jax_persistent_cache_min_entry_size_bytes")
-  saved = {name: getattr(jax.config, name) for name in names}
-  compilation_cache.reset_cache()
-  for name, value in zip(names, (str(tmp_path_factory.mktemp("jax_cache")), 0, 0)):
-    jax.config.update(name, value)
-  yield
-  for name, value in saved.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
-
-
 def pure(module):
   return jax.device_get(nnx.to_pure_dict(nnx.state(module)))
 
@@ -60,7 +46,7 @@ def changed(a, b) -> bool:
 
 
 def restore(workdir, step):
-  return policy_io.restore_model(workdir, policy_io.read_config(workdir), step)[0]
+  return restore_lib.restore_model(workdir, restore_lib.read_config(workdir), step)[0]
 
 
 def test_the_algorithm_is_the_pair_only_when_cotrain_is_enabled():

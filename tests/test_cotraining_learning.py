@@ -6,7 +6,6 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from jax.experimental.compilation_cache import compilation_cache
 
 import cotraining_toy as toy
 from cotraining import experience, logprobs
@@ -53,21 +52,6 @@ def test_the_rewarded_reply_goes_from_rare_to_nearly_certain(name, tmp_path):
   assert end > 0.9, end
 
 
-@pytest.fixture
-def compile_once(tmp_path):
-  """The three runs below compile the same programs: a persistent cache compiles them once."""
-  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs",
-           "jax_persistent_cache_min_entry_size_bytes")
-  saved = {name: getattr(jax.config, name) for name in names}
-  compilation_cache.reset_cache()
-  for name, value in zip(names, (str(tmp_path / "jax_cache"), 0, 0)):
-    jax.config.update(name, value)
-  yield
-  for name, value in saved.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
-
-
 class Crashing(experience.RolloutSource):
   """Fails when it is asked for the batch of update `crash_at` (1-based)."""
 
@@ -80,8 +64,9 @@ class Crashing(experience.RolloutSource):
       yield batch
 
 
-def test_a_run_resumed_inside_a_rollout_batch_equals_an_uninterrupted_run(tmp_path,
-                                                                          compile_once):
+def test_a_run_resumed_inside_a_rollout_batch_equals_an_uninterrupted_run(tmp_path):
+  """Three runs of the same programs: the session's compilation cache (conftest.py) compiles
+  them once."""
   config = toy.config(scenarios=2, group_size=4, epochs=1)  # 8 rows: 2 steps per rollout.
   config.train.update(steps=4, batch_size=4, checkpoint_every=1)
   algorithm = registry.make_algorithm(config)

@@ -34,8 +34,8 @@ def test_every_scripted_airdialogue_style_is_held_out():
     "scripted:terse",
     "scripted:terse/train",  # Another phrasing family of the same held-out style.
     f"{panel_airdialogue.ROOT}/customer_seed2/",  # Another spelling of the same directory.
-    f"vs:k=3,pick=tail:{panel_airdialogue.ROOT}/customer_seed2",  # The same, sampled by VS.
-    f"vs:k=2:{panel_airdialogue.ROOT}/customer_seed3",
+    f"pick:k=3,pick=tail:{panel_airdialogue.ROOT}/customer_seed2",  # The same, sampled by VS.
+    f"pick:k=2:{panel_airdialogue.ROOT}/customer_seed3",
     "vs_llm:model=smollm2-135m-instruct,k=2,base_url=http://127.0.0.1:8000/v1/",
 ])
 def test_training_against_a_held_out_simulator_is_refused(opponent):
@@ -52,7 +52,7 @@ def test_training_simulators_and_configs_without_a_panel_pass():
 
 def test_a_panel_with_a_simulator_on_both_sides_is_rejected():
   with pytest.raises(ValueError, match="also held out"):
-    panels.from_config(dict(training=["vs:k=5:runs/c0"], held_out=["runs/c0", "scripted:*"]))
+    panels.from_config(dict(training=["pick:k=5:runs/c0"], held_out=["runs/c0", "scripted:*"]))
   with pytest.raises(ValueError, match="not a party spec"):
     panels.from_config(dict(training=[dict(path="runs/c0")], held_out=[]))
   with pytest.raises(ValueError, match="missing"):
@@ -80,7 +80,7 @@ def test_collapse_arms_share_one_simulator_reference(module, arm):
   c = module.get_config(arm)
   c.simulator = "runs/sim"
   assert c.online_eval.opponent == "runs/sim"  # Selection plays the frozen training simulator.
-  assert c.rl.opponent == ("vs:k=5,pick=uniform:runs/sim" if arm == "vs" else "runs/sim")
+  assert c.rl.opponent == ("pick:k=5,pick=uniform:runs/sim" if arm == "vs" else "runs/sim")
   assert c.rl.opponent_temperature == (0.3 if arm == "single" else 1.0)
   assert (c.rl.get("cotrain") or {}).get("simulator_init_from") == (
       "runs/sim" if arm in ("cotrain", "population") else None)

@@ -7,7 +7,9 @@ import pytest
 import cotraining_toy as toy
 from cotraining import logprobs, reprefill, rollouts
 from data_pipelines.airdialogue import schema
-from ilql_dialogue import bc, environment, rollout, simulators
+from ilql_dialogue import bc, environment
+from domains.airdialogue.parties import ScriptedAgent, ScriptedCustomer
+from domains.airdialogue import environment as airdialogue_env
 
 GROUP = 2
 
@@ -71,15 +73,15 @@ def test_greedy_or_filtered_sampling_cannot_be_trained_on():
 
 
 def test_airdialogue_environment_rewards_success_or_soft_score():
-  scenarios = rollout.make_scenarios(21, 4, kb_size=3)
-  env = rollout.AirDialogueEnv()
-  episodes = environment.play(env, {"agent": simulators.ScriptedAgent("oracle"),
-                                    "customer": simulators.ScriptedCustomer("volunteer")},
+  scenarios = airdialogue_env.make_scenarios(21, 4, kb_size=3)
+  env = airdialogue_env.AirDialogueEnv()
+  episodes = environment.play(env, {"agent": ScriptedAgent("oracle"),
+                                    "customer": ScriptedCustomer("volunteer")},
                               scenarios, max_turns=40)
   assert [env.reward(e) for e in episodes] == [1.0] * 4
-  assert [rollout.AirDialogueEnv("soft").reward(e) for e in episodes] == [1.0] * 4
+  assert [airdialogue_env.AirDialogueEnv("soft").reward(e) for e in episodes] == [1.0] * 4
   wrong = environment.Episode(episodes[0].scenario, "k", episodes[0].turns, "action", {
       "action": schema.Action(status="no_flight", name="Nobody")})
   assert env.reward(wrong) == 0.0
-  assert 0.0 <= rollout.AirDialogueEnv("soft").reward(wrong) < 1.0
+  assert 0.0 <= airdialogue_env.AirDialogueEnv("soft").reward(wrong) < 1.0
   assert env.reward(environment.Episode(scenarios[0], "k", (), environment.TURN_LIMIT)) == 0.0

@@ -2,7 +2,7 @@
 
 import json
 
-from experiments import customer_fidelity, evaluate_lib
+from workflows import customer_fidelity, evaluate as evaluate_lib
 
 
 def test_a_scripted_customer_states_its_intent_and_a_liar_does_not(tmp_path):

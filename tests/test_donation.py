@@ -1,15 +1,10 @@
 """Donation parsing: hand-written amounts and statements, unparsable ones explicit, and the real
 persuadees' words against their recorded donations (B6)."""
 
-import os
-
 import pytest
 
 from data_pipelines.persuasion import donation, loader
 
-DATA_DIR = loader.default_data_dir()
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR),
-                                reason=f"Persuasion for Good data not at {DATA_DIR}")
 
 
 @pytest.mark.parametrize("phrase, amount", [
@@ -81,14 +76,13 @@ def real_final_turn_agreement(dialogues):
   return final_read, final_equal, last_read, last_equal
 
 
-@needs_data
-def test_real_persuadees_words_against_the_recorded_donation():
-  dialogues = loader.load_dialogues(DATA_DIR, with_labels=False)
+def test_real_persuadees_words_against_the_recorded_donation(p4g_data_dir):
+  dialogues = loader.load_dialogues(p4g_data_dir, with_labels=False)
   final_read, final_equal, last_read, last_equal = real_final_turn_agreement(dialogues)
   # Of the 1,017 dialogues the humans' final turn states an amount in 129 (76 of them = B6);
   # 604 state one somewhere (318 = B6 in the last one stated). Most disagreements are real:
   # "I'll donate $1" with B6 = 0 (what people say is not what they gave), not misreadings.
   assert (final_read, final_equal, last_read, last_equal) == (129, 76, 604, 318)
   # With the trained form appended (tasks/persuasion.py), every final turn reads back exactly.
-  stated = loader.load_dialogues(DATA_DIR, with_labels=False, donation_statement=True)
+  stated = loader.load_dialogues(p4g_data_dir, with_labels=False, donation_statement=True)
   assert real_final_turn_agreement(stated)[:2] == (len(stated), len(stated))

@@ -4,7 +4,7 @@ scenarios, the same at every step for the same model."""
 import numpy as np
 
 import cotraining_toy as toy
-from experiments import evaluate_lib
+from workflows import evaluate as evaluate_lib
 from ilql_dialogue import environment
 
 

@@ -15,8 +15,9 @@ from flax import nnx
 from data_pipelines import mdp, mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
-from experiments import evaluate_lib
-from ilql_dialogue import bc, checkpointing, policy_io, rollout, sharding, train_loop
+from workflows import evaluate as evaluate_lib
+from ilql_dialogue import bc, checkpointing, policy_io, sharding, train_loop
+from domains.airdialogue import environment as airdialogue_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -156,9 +157,12 @@ def test_task_checkpoint_agent_plays_through_policy_io_and_evaluate(tmp_path):
 def test_a_party_spec_names_a_checkpoint_by_step(tmp_path):
   """`WORKDIR@STEP` plays the checkpoint saved at STEP (a simulator along its training); a step
   that was not saved fails the start-up check, naming the saved ones."""
-  from experiments import cli
+  from data_pipelines import cli
+  from workflows import config_checks
   from experiments.configs import bc_airdialogue_customer
-  from ilql_dialogue import simulators, tasks
+  from ilql_dialogue import tasks
+  from domains.airdialogue.parties import CUSTOMER
+  from ilql_dialogue.parties import make_party
 
   root = str(tmp_path / "pipeline")
   _corpus(root)
@@ -171,14 +175,14 @@ def test_a_party_spec_names_a_checkpoint_by_step(tmp_path):
   def weights(model):
     return nnx.to_pure_dict(nnx.state(model, nnx.Param))
 
-  latest = simulators.make_party(workdir, simulators.CUSTOMER)
-  early = simulators.make_party(f"{workdir}@3", simulators.CUSTOMER)
+  latest = make_party(workdir, CUSTOMER)
+  early = make_party(f"{workdir}@3", CUSTOMER)
   jax.tree.map(np.testing.assert_array_equal, weights(early.decoder), weights(at_3))
   assert not np.array_equal(jax.tree.leaves(weights(latest.decoder))[0],
                             jax.tree.leaves(weights(at_3))[0])
-  assert cli.check_party(f"{workdir}@5", "customer", "--customer").task.role == "customer"
+  assert config_checks.check_party(f"{workdir}@5", "customer", "--customer").task.role == "customer"
   with pytest.raises(cli.BadInput, match=r"no checkpoint at step 4; saved: \[3, 5\]"):
-    cli.check_party(f"{workdir}@4", "customer", "--customer")
+    config_checks.check_party(f"{workdir}@4", "customer", "--customer")
 
 
 @pytest.mark.parametrize("serialize", [to_dialogue.serialize_context, mdp.json_context])
@@ -239,16 +243,16 @@ def test_default_seed_is_held_out_from_the_training_corpora():
 
   config = quickstart.get_config()
   corpus_seeds = {config.airdialogue.train_seed, config.airdialogue.eval_seed}
-  assert rollout.DEFAULT_SEED not in corpus_seeds
+  assert airdialogue_env.DEFAULT_SEED not in corpus_seeds
   # Scenario i of a seed comes from default_rng([seed, i]); the corpora from SeedSequence(seed).
   key = lambda intent: json.dumps(intent.to_json(), sort_keys=True)
   corpus = {key(s.intent) for seed in corpus_seeds
             for s in selfplay.generate_samples(seed, 50, agent_mix="oracle")}
-  assert not corpus & {key(s.intent) for s in rollout.make_scenarios(rollout.DEFAULT_SEED, 50)}
+  assert not corpus & {key(s.intent) for s in airdialogue_env.make_scenarios(airdialogue_env.DEFAULT_SEED, 50)}
 
 
 def test_compare_agents_pools_resumes_and_tabulates(tmp_path):
-  from experiments import compare_agents
+  from workflows import compare as compare_agents
 
   customers = ["scripted:terse", "scripted:chatty"]
   agents = {"oracle": "scripted_agent:oracle", "give_up": "scripted_agent:give_up"}
@@ -276,7 +280,7 @@ def test_compare_agents_pools_resumes_and_tabulates(tmp_path):
 def test_compare_agents_pools_seeds(tmp_path):
   """An agent named as several seeds plays each and pools them; the seed s.e. is that of
   the seeds' means (here two very different 'seeds': the oracle and an agent that gives up)."""
-  from experiments import compare_agents
+  from workflows import compare as compare_agents
 
   customers = ["scripted:terse"]
   rows = compare_agents.compare(
@@ -296,7 +300,7 @@ def test_compare_agents_pools_seeds(tmp_path):
 def test_compare_agents_sweeps_a_value_guided_run_named_by_step(tmp_path):
   """WORKDIR@STEP of an ILQL run is swept like its workdir (it was skipped silently), and plays
   beta 0 unless swept: no selection chose a beta for that checkpoint."""
-  from experiments import compare_agents
+  from workflows import compare as compare_agents
 
   for name, algorithm in (("ilql_run", "ilql"), ("bc_run", "bc")):
     (tmp_path / name).mkdir()

@@ -92,7 +92,7 @@ def test_next_state_skips_the_other_speakers_tokens_with_one_discount():
 
 
 def _expected_losses(q, tq, v_states, v_all, logits, batch, cfg):
-  """The BRIEF section 3 formulas, one transition at a time."""
+  """The ILQL formulas of docs/METHODS.md, one transition at a time."""
   q_terms, v_terms, cql_terms, bc_terms, bc_weights = [[], []], [], [[], []], [], []
   for b in range(batch["input_ids"].shape[0]):
     for i in np.flatnonzero(batch["action_mask"][b]):

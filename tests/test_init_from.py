@@ -11,6 +11,7 @@ from flax.nnx import traversals
 
 from experiments.configs import bc_tiny, ilql_airdialogue_quick
 from ilql_dialogue import bc, init_from, policy_io, registry, sharding, train_loop
+from ilql_dialogue import restore
 from ilql_dialogue.value_heads import Target
 
 VOCAB = 64
@@ -32,7 +33,7 @@ def _flat(module, kind=nnx.Param):
 
 
 def _train(config, workdir, data=None):
-  from experiments import train_lib
+  from workflows import train as train_lib
   if data is None:
     return train_lib.run(config, workdir)
   algorithm = registry.make_algorithm(config)
@@ -59,14 +60,14 @@ def source(tmp_path_factory):
 
 def test_bc_round_trip_from_a_workdir_and_a_step(source):
   config = _config()
-  trained, _ = policy_io.restore_model(source, policy_io.read_config(source))
+  trained, _ = restore.restore_model(source, restore.read_config(source))
   config.model.init_from = source
   loaded = _initial_model(config)
   for name, value in _flat(trained).items():
     np.testing.assert_array_equal(_flat(loaded)[name], value)
   config.model.init_from = f"{source}@1"
   at_step_1 = _flat(_initial_model(config))
-  first, _ = policy_io.restore_model(source, policy_io.read_config(source), step=1)
+  first, _ = restore.restore_model(source, restore.read_config(source), step=1)
   np.testing.assert_array_equal(at_step_1["embed"], _flat(first)["embed"])
   assert not np.array_equal(at_step_1["embed"], _flat(trained)["embed"])
 
@@ -77,7 +78,7 @@ def test_ilql_starts_every_trunk_from_bc_and_its_heads_fresh(source):
   fresh = _initial_model(config)
   config.model.init_from = source
   model = _initial_model(config)
-  bc_weights = _flat(policy_io.restore_model(source, policy_io.read_config(source))[0])
+  bc_weights = _flat(restore.restore_model(source, restore.read_config(source))[0])
   for trunk, kind in ((model.trunk, nnx.Param), (model.policy_trunk, nnx.Param),
                       (model.target_trunk, Target)):
     for name, value in bc_weights.items():

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from experiments import evaluate_lib, online_report
+from workflows import evaluate as evaluate_lib, online_report
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,4 +1,5 @@
-"""Persuasion for Good: loader, split and stats CLI on the real data in ../shared; bad input."""
+"""Persuasion for Good: loader, split and stats CLI on the real corpus ($P4G_DATA_DIR, the
+`p4g_data_dir` fixture of conftest.py); bad input, and a missing corpus."""
 
 import csv
 import json
@@ -16,9 +17,6 @@ from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.persuasion import loader
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = loader.default_data_dir()
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR),
-                                reason=f"Persuasion for Good data not at {DATA_DIR}")
 
 DIALOG_HEADER = ",Unit,Turn,B4,B2\n"
 INFO_HEADER = "B2,B3,B4,B6,B7,extrovert.x,age.x,sex.x\n"
@@ -26,8 +24,8 @@ INFO_OK = "d1,u1,0,0.0,2,3.2,34.0,Male\nd1,u2,1,0.5,2,,,\n"
 
 
 @pytest.fixture(scope="module")
-def dialogues():
-  return loader.load_dialogues(DATA_DIR)
+def dialogues(p4g_data_dir):
+  return loader.load_dialogues(p4g_data_dir)
 
 
 def _write(data_dir, dialog=None, info=None):
@@ -40,9 +38,9 @@ def _write(data_dir, dialog=None, info=None):
   return str(data_dir)
 
 
-def _real_copy(tmp_path):
+def _real_copy(tmp_path, data_dir):
   """A writable copy of FullData; no xlsx, so tests load it with with_labels=False."""
-  shutil.copytree(os.path.join(DATA_DIR, "FullData"), tmp_path / "FullData")
+  shutil.copytree(os.path.join(data_dir, "FullData"), tmp_path / "FullData")
   return tmp_path / "FullData" / "full_dialog.csv", tmp_path / "FullData" / "full_info.csv"
 
 
@@ -54,7 +52,6 @@ def _edit_line(path, lineno, edit):
     f.write("\r\n".join(lines))
 
 
-@needs_data
 def test_every_dialogue_has_roles_persona_and_outcome(dialogues):
   assert len(dialogues) == 1017
   assert len({d.dialogue_id for d in dialogues}) == 1017
@@ -73,17 +70,15 @@ def test_every_dialogue_has_roles_persona_and_outcome(dialogues):
   assert first.meta["user_ids"] == {"persuader": "user_585", "persuadee": "user_1810"}
 
 
-@needs_data
-def test_missing_traits_are_none_not_dropped(dialogues):
-  info = pd.read_csv(os.path.join(DATA_DIR, loader.FULL_INFO))
+def test_missing_traits_are_none_not_dropped(dialogues, p4g_data_dir):
+  info = pd.read_csv(os.path.join(p4g_data_dir, loader.FULL_INFO))
   personas = [d.context[role] for d in dialogues for role in loader.ROLES]
   for trait in ("extrovert", "age", "ideology"):
     assert sum(p[trait] is None for p in personas) == info[f"{trait}.x"].isna().sum() > 0
 
 
-@needs_data
-def test_turns_alternate_and_follow_the_csv(dialogues):
-  with open(os.path.join(DATA_DIR, loader.FULL_DIALOG), encoding="utf-8", newline="") as f:
+def test_turns_alternate_and_follow_the_csv(dialogues, p4g_data_dir):
+  with open(os.path.join(p4g_data_dir, loader.FULL_DIALOG), encoding="utf-8", newline="") as f:
     rows = list(csv.DictReader(f))
   rows_per_dialogue = {}
   for row in rows:
@@ -119,7 +114,6 @@ def test_turns_sort_by_turn_index_and_merge_same_speaker(tmp_path):
   assert d.outcome == 0.25
 
 
-@needs_data
 def test_donations_match_the_published_figures(dialogues):
   raw = np.array([d.meta["donation_raw"] for d in dialogues])
   in_range = raw[(raw >= 0) & (raw <= 2)]
@@ -130,7 +124,6 @@ def test_donations_match_the_published_figures(dialogues):
   assert abs(np.mean(in_range > 0) - 0.52) < 0.02 and abs(in_range.mean() - 0.35) < 0.02
 
 
-@needs_data
 def test_out_of_range_donations_are_clipped_and_flagged(dialogues):
   clipped = [d for d in dialogues if d.meta["donation_clipped"]]
   assert len(clipped) == 35
@@ -142,12 +135,11 @@ def test_out_of_range_donations_are_clipped_and_flagged(dialogues):
   assert max(d.meta["donation_raw"] for d in clipped) == 700.0
 
 
-@needs_data
-def test_strategy_labels_of_the_300_annotated_dialogues(dialogues):
+def test_strategy_labels_of_the_300_annotated_dialogues(dialogues, p4g_data_dir):
   annotated = [d for d in dialogues if d.meta["annotated"]]
   assert len(annotated) == 300
   assert all(d.meta["strategy_labels"] == [] for d in dialogues if not d.meta["annotated"])
-  sentences = loader.load_strategy_labels(DATA_DIR)
+  sentences = loader.load_strategy_labels(p4g_data_dir)
   assert len(sentences) == sum(len(d.meta["strategy_labels"]) for d in annotated) == 10864
   known = {"persuader": loader.PERSUADER_LABELS, "persuadee": loader.PERSUADEE_LABELS}
   assert all(s.labels and set(s.labels) <= known[s.speaker] for s in sentences)
@@ -166,7 +158,6 @@ def test_strategy_labels_of_the_300_annotated_dialogues(dialogues):
   assert found / len(sentences) > 0.97
 
 
-@needs_data
 def test_split_is_deterministic_disjoint_and_complete(dialogues):
   ids = [d.dialogue_id for d in dialogues]
   train, test = loader.split_ids(ids)
@@ -182,14 +173,12 @@ def test_split_is_deterministic_disjoint_and_complete(dialogues):
     loader.split_ids(ids, test_fraction=1.5)
 
 
-@needs_data
 def test_jsonl_round_trip(dialogues, tmp_path):
   path = str(tmp_path / "p4g.jsonl")
   assert loader.to_jsonl(path, dialogues) == 1017
   assert list(dialogue_lib.read_jsonl(path)) == dialogues
 
 
-@needs_data
 def test_gbk_mojibake_is_repaired(dialogues):
   assert (loader.repair_text("it takes ¡ª every day, only 30¡é, ¡°quoted¡±")
           == "it takes — every day, only 30¢, “quoted”")
@@ -198,23 +187,21 @@ def test_gbk_mojibake_is_repaired(dialogues):
   assert sum("—" in t for t in texts) >= 9
 
 
-@needs_data
-def test_role_outside_0_1_names_file_line_and_field(tmp_path):
-  dialog_csv, _ = _real_copy(tmp_path)
+def test_role_outside_0_1_names_file_line_and_field(tmp_path, p4g_data_dir):
+  dialog_csv, _ = _real_copy(tmp_path, p4g_data_dir)
   _edit_line(dialog_csv, 5, lambda line: line.replace(",1,2018", ",7,2018"))
   message = r"full_dialog\.csv: line 5: field 'B4': expected 0 or 1, got '7'"
   with pytest.raises(loader.PersuasionFormatError, match=message):
     loader.load_dialogues(str(tmp_path), with_labels=False)
 
 
-@needs_data
-def test_missing_column_names_file_and_column(tmp_path):
-  dialog_csv, info_csv = _real_copy(tmp_path)
+def test_missing_column_names_file_and_column(tmp_path, p4g_data_dir):
+  dialog_csv, info_csv = _real_copy(tmp_path, p4g_data_dir)
   _edit_line(dialog_csv, 1, lambda line: line.replace("Turn", "Tern"))
   message = r"full_dialog\.csv: line 1: field 'Turn': missing column"
   with pytest.raises(loader.PersuasionFormatError, match=message):
     loader.load_dialogues(str(tmp_path), with_labels=False)
-  shutil.copy(os.path.join(DATA_DIR, loader.FULL_DIALOG), dialog_csv)
+  shutil.copy(os.path.join(p4g_data_dir, loader.FULL_DIALOG), dialog_csv)
   _edit_line(info_csv, 1, lambda line: line.replace("B6", "B8"))
   message = r"full_info\.csv: line 1: field 'B6': missing column"
   with pytest.raises(loader.PersuasionFormatError, match=message):
@@ -227,6 +214,40 @@ def test_missing_file_is_named(tmp_path):
   _write(tmp_path, DIALOG_HEADER + "0,Hi,0,0,d1\n", None)
   with pytest.raises(FileNotFoundError, match=r"full_info\.csv: no such file"):
     loader.load_dialogues(str(tmp_path))
+
+
+def _assert_says_what_to_set(message):
+  assert "\n" not in message.strip()
+  for needed in ("P4G_DATA_DIR", "task.data_dir", "rl.data_dir", "Persuasion for Good",
+                 "Wang et al. 2019", loader.CORPUS_URL, "ConvoKit"):
+    assert needed in message, needed
+
+
+def test_no_corpus_location_is_one_line_saying_what_to_set(tmp_path, monkeypatch):
+  """Neither a data_dir nor $P4G_DATA_DIR: no built-in location is tried; the error says what
+  to set and where the corpus comes from. A folder without the corpus says the same."""
+  monkeypatch.delenv(loader.DATA_DIR_ENV, raising=False)
+  assert loader.default_data_dir() == ""
+  for read in (lambda: loader.load_dialogues(), lambda: loader.load_strategy_labels(),
+               lambda: loader.resolve_data_dir("")):
+    with pytest.raises(loader.MissingCorpusError) as raised:
+      read()
+    _assert_says_what_to_set(str(raised.value))
+  monkeypatch.setenv(loader.DATA_DIR_ENV, str(tmp_path))
+  assert loader.resolve_data_dir() == str(tmp_path)
+  with pytest.raises(loader.MissingCorpusError, match=r"full_dialog\.csv: no such file") as raised:
+    loader.load_dialogues(with_labels=False)
+  _assert_says_what_to_set(str(raised.value))
+
+
+def test_stats_cli_without_a_corpus_prints_one_error_line():
+  env = {k: v for k, v in os.environ.items() if k != loader.DATA_DIR_ENV}
+  result = subprocess.run([sys.executable, "-m", "data_pipelines.persuasion.stats"],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert result.returncode == 1 and result.stdout == ""
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: no Persuasion for Good corpus"), lines
+  _assert_says_what_to_set(lines[0])
 
 
 @pytest.mark.parametrize("info, message", [
@@ -289,10 +310,9 @@ def test_bad_label_rows_are_errors(tmp_path, edit, message):
     loader.load_strategy_labels(str(tmp_path))
 
 
-@needs_data
-def test_stats_cli_prints_one_json_object():
+def test_stats_cli_prints_one_json_object(p4g_data_dir):
   result = subprocess.run(
-      [sys.executable, "-m", "data_pipelines.persuasion.stats", f"--data_dir={DATA_DIR}"],
+      [sys.executable, "-m", "data_pipelines.persuasion.stats", f"--data_dir={p4g_data_dir}"],
       cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True)
   stats = json.loads(result.stdout)
   assert stats["dialogues"] == 1017 and stats["turns"] == 20932

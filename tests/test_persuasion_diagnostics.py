@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from data_pipelines.dialogue import Turn
-from experiments import cli, persuasion_diagnostics as pd
+from data_pipelines import cli
+from workflows import persuasion_diagnostics as pd
 
 
 def test_groups_name_files_and_refuse_bad_specs(tmp_path):

@@ -12,15 +12,13 @@ from cotraining import launch
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl, write_jsonl
 from data_pipelines.persuasion import loader
 from experiments.configs import grpo_persuasion_quick
-from experiments import train_lib as launcher
-from ilql_dialogue import environment, metrics, persuasion_env
-from ilql_dialogue.persuasion_env import PERSUADEE, PERSUADER
-from ilql_dialogue.tasks import persuasion as persuasion_task
+from workflows import train as launcher
+from ilql_dialogue import environment, metrics
+from domains.persuasion import environment as persuasion_env
+from domains.persuasion.environment import PERSUADEE, PERSUADER
+from domains.persuasion import task as persuasion_task
 from test_tasks import write_tiny_p4g
 
-DATA_DIR = loader.default_data_dir()
-needs_data = pytest.mark.skipif(not os.path.isdir(DATA_DIR),
-                                reason=f"Persuasion for Good data not at {DATA_DIR}")
 
 # What the scripted persuadee says it gives, and the amount that reading must yield (None:
 # unparsable, "never": it never states one, so the dialogue hits the turn limit).
@@ -171,10 +169,10 @@ def test_scenarios_are_seeded_prefixes_that_cover_the_split():
     persuasion_env.PersuasionEnv([Dialogue("x", loader.ROLES, (), {PERSUADER: {}})])
 
 
-@needs_data
-def test_corpus_splits_match_the_task_and_contexts_serialize_as_it_trained(tmp_path):
-  train = persuasion_env.PersuasionEnv.from_corpus("train", DATA_DIR)
-  held_out = persuasion_env.PersuasionEnv.from_corpus("eval", DATA_DIR)
+def test_corpus_splits_match_the_task_and_contexts_serialize_as_it_trained(tmp_path,
+                                                                           p4g_data_dir):
+  train = persuasion_env.PersuasionEnv.from_corpus("train", p4g_data_dir)
+  held_out = persuasion_env.PersuasionEnv.from_corpus("eval", p4g_data_dir)
   assert (len(train.dialogues), len(held_out.dialogues)) == (915, 102)
   assert not {d.dialogue_id for d in train.dialogues} & {d.dialogue_id for d in held_out.dialogues}
   # The BC task reads its dialogues back from JSON lines: the persona text is the same.
@@ -186,7 +184,7 @@ def test_corpus_splits_match_the_task_and_contexts_serialize_as_it_trained(tmp_p
     assert (persuasion_task.serialize_persona(role, held_out.context(scenario, role))
             == persuasion_task.serialize_persona(role, stored.context[role]))
   env = launch.make_env(ml_collections.ConfigDict(dict(env="persuasion", split="eval",
-                                                       data_dir=DATA_DIR)))
+                                                       data_dir=p4g_data_dir)))
   assert isinstance(env, persuasion_env.PersuasionEnv) and len(env.dialogues) == 102
 
 
@@ -232,19 +230,20 @@ def test_only_the_persuadee_may_write_the_donation_block():
   the persuadee is not; an AirDialogue block is nobody's here, and no warning is due."""
   from data_pipelines import tokenization
   from data_pipelines.persuasion import loader
-  from ilql_dialogue import simulators
+  from ilql_dialogue.lm_party import forbidden_token_ids
+  from ilql_dialogue.parties import make_party
 
   tok = tokenization.train_tokenizer(
       ["I will donate [donate] 0.50 [/donate]", "Would you donate?"], loader.ROLES,
       vocab_size=300, markers=[loader.DONATION_OPEN, loader.DONATION_CLOSE])
   donate = {tok.marker_ids[loader.DONATION_OPEN], tok.marker_ids[loader.DONATION_CLOSE]}
-  assert donate <= set(simulators.forbidden_token_ids(tok, "persuader"))
-  assert not donate & set(simulators.forbidden_token_ids(tok, "persuadee"))
+  assert donate <= set(forbidden_token_ids(tok, "persuader"))
+  assert not donate & set(forbidden_token_ids(tok, "persuadee"))
 
 
 def test_the_training_opponent_cannot_be_held_out(tmp_path):
   config = grpo_persuasion_quick.get_config()
-  config.online_eval.held_out = ("scripted:volunteer", "vs:k=5:" + config.rl.opponent)
+  config.online_eval.held_out = ("scripted:volunteer", "pick:k=5:" + config.rl.opponent)
   with pytest.raises(ValueError, match="the simulator .* trains or selects against"):
     launcher.online_eval(None, config)
 
@@ -256,7 +255,7 @@ def test_evaluation_opponents_sample_at_one_temperature_whatever_the_training_on
   for every arm, or the arms' curves would measure different simulators."""
   import types
 
-  from experiments import evaluate_lib
+  from workflows import evaluate as evaluate_lib
 
   seen = []
   monkeypatch.setattr(evaluate_lib, "environment_eval_fn",
@@ -280,7 +279,7 @@ def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
   at the persuadee's first turn, so the mean reward is exactly 1 over the n transcripts."""
   import json
 
-  from experiments import evaluate_lib
+  from workflows import evaluate as evaluate_lib
 
   env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
   summary = evaluate_lib.evaluate_environment(
@@ -298,10 +297,9 @@ def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
 
 def test_fixed_persuaders_say_their_lines_in_order_to_every_row(tmp_path):
   from cotraining import persuader_probes
-  from ilql_dialogue import simulators
 
   env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
-  ask = simulators.make_party("cotraining.persuader_probes:Ask", PERSUADER)
+  ask = make_party("cotraining.persuader_probes:Ask", PERSUADER)
   episodes = environment.play(env, {PERSUADER: ask, PERSUADEE: ScriptedPersuadee()},
                               env.sample(7, 3), max_turns=12, seed=7)
   lines = persuader_probes.LINES["ask"]
@@ -316,7 +314,7 @@ def test_simulator_gamma_finds_the_persuadee_states_of_an_environment_transcript
   import json
 
   from cotraining import sharpness
-  from experiments import simulator_gamma
+  from workflows import simulator_gamma
 
   env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
   path = tmp_path / "t.jsonl"

@@ -8,7 +8,7 @@ import os
 import ml_collections
 import pytest
 
-from experiments import pipeline_lib
+from workflows import quickstart as pipeline_lib
 from experiments.configs import quickstart
 
 
@@ -24,7 +24,7 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   # The simulator-collapse comparison with two of its four arms (each arm's config has its
   # own tests: test_cotraining_config.py).
   config.collapse.update(arms=("single_arm", "population_arm"), num_dialogues=2)
-  for arm in ("vs_arm", "cotrain_arm"):
+  for arm in ("temperature_arm", "cotrain_arm"):
     del config.runs[arm]
   make_run_config = pipeline_lib.run_config
 
@@ -48,14 +48,14 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   workdir = str(tmp_path / "run")
   # A stage SIGTERMed after step 1 (it saved and returned) is not done, and nothing after it
   # starts; the next run resumes it.
-  full_run = pipeline_lib.train_lib.run
-  monkeypatch.setattr(pipeline_lib.train_lib, "run", lambda c, d: full_run(
+  full_run = pipeline_lib.train.run
+  monkeypatch.setattr(pipeline_lib.train, "run", lambda c, d: full_run(
       ml_collections.ConfigDict({**c.to_dict(), "train": {**c.train.to_dict(), "steps": 1}}), d))
   with pytest.raises(pipeline_lib.Stopped, match="train dialogue_lm: stopped at step 1 of 2"):
     pipeline_lib.run(config, workdir)
   assert not os.path.exists(os.path.join(workdir, ".dialogue_lm.done"))
   assert not os.path.exists(os.path.join(workdir, "bc_agent"))
-  monkeypatch.setattr(pipeline_lib.train_lib, "run", full_run)
+  monkeypatch.setattr(pipeline_lib.train, "run", full_run)
   report = pipeline_lib.run(config, workdir)
 
   assert report["airdialogue/train"]["n"] == 24
@@ -122,6 +122,12 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
         sum(row["success"][c][0] for c in config.collapse.held_out)
         / len(config.collapse.held_out))
   assert "| single_arm |" in pipeline_lib.format_collapse_table(collapse)
+  # The CALM run is named for what acts: its pooled head's tracked intent, a rule solver.
+  calm_label = "CALM + intent tracker (rule solver)"
+  assert {r["agent_label"] for r in report["evaluation"] if r["agent"] == "calm_agent"} == {
+      calm_label}
+  assert f"| {calm_label} | scripted:volunteer |" in pipeline_lib.format_table(
+      report["evaluation"])
 
   # A second run finds every stage done and reports the same numbers.
   again = pipeline_lib.run(config, workdir)
@@ -146,37 +152,37 @@ def test_a_runs_own_settings_win_over_the_pipelines(tmp_path):
   config = quickstart.get_config()
   workdir = str(tmp_path)
   assert pipeline_lib.run_config(config, "bc_agent", workdir).online_eval.num_dialogues == 256
-  arm = pipeline_lib.run_config(config, "vs_arm", workdir)
+  arm = pipeline_lib.run_config(config, "temperature_arm", workdir)
   assert arm.online_eval.num_dialogues == quickstart.ARM_VALIDATION_DIALOGUES
   assert arm.online_eval.temperature == config.evaluation.agent_temperature
 
 
 def test_a_collapse_arm_that_is_no_run_fails_at_start_up(tmp_path):
-  from experiments import cli, pipeline
+  from data_pipelines import cli
 
   config = quickstart.get_config()
   config.collapse.arms = ("single_arm", "no_such_arm")
   with pytest.raises(cli.BadInput, match="'no_such_arm' is not a run"):
-    pipeline.validate(config, str(tmp_path / "run"))
+    pipeline_lib.validate(config, str(tmp_path / "run"))
   config.collapse.arms = ("single_arm",)
   config.collapse.held_out = ()
   with pytest.raises(cli.BadInput, match="config.collapse.held_out: empty"):
-    pipeline.validate(config, str(tmp_path / "run"))
+    pipeline_lib.validate(config, str(tmp_path / "run"))
   config.collapse.held_out = ("bc_agent",)
   with pytest.raises(cli.BadInput, match="run 'bc_agent' plays the agent, paired as the customer"):
-    pipeline.validate(config, str(tmp_path / "run"))
+    pipeline_lib.validate(config, str(tmp_path / "run"))
 
 
 def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):
-  from experiments import cli, pipeline
+  from data_pipelines import cli
 
   config = quickstart.get_config()
   config.evaluation.pairs = (("scripted_agent:oracle", "bc_customer@150"),)
   with pytest.raises(cli.BadInput, match="bc_customer@150: run 'bc_customer' saves no "
                      "checkpoint at step 150"):
-    pipeline.validate(config, str(tmp_path / "run"))
+    pipeline_lib.validate(config, str(tmp_path / "run"))
   config.evaluation.pairs = (("scripted_agent:oracle", "bc_customer@200"),)
-  pipeline.validate(config, str(tmp_path / "run"))
+  pipeline_lib.validate(config, str(tmp_path / "run"))
 
 
 @pytest.mark.parametrize("part,every,dialogues", [("all", 2000, 3000), ("customer", 2000, 3000),
@@ -184,11 +190,10 @@ def test_a_pair_naming_a_step_the_run_does_not_save_fails_at_start_up(tmp_path):
                                                    ("targets", 1000, 15000)])
 def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogues):
   """quickstart_long: the oracle plays the customer along its training, each step saved."""
-  from experiments import pipeline
   from experiments.configs import quickstart_long
 
   config = quickstart_long.get_config(part)
-  pipeline.validate(config, str(tmp_path / "run"))
+  pipeline_lib.validate(config, str(tmp_path / "run"))
   customer = pipeline_lib.run_config(config, "bc_customer", str(tmp_path / "run"))
   assert customer.train.keep_checkpoints == 5  # Four oracle checkpoints and one spare.
   assert [p for p in config.evaluation.pairs if p[0] == "scripted_agent:oracle"] == [
@@ -196,3 +201,45 @@ def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogu
       ("scripted_agent:oracle", "bc_customer")]
   assert config.airdialogue.train_dialogues == dialogues
   assert ("bc_agent" in config.runs) == (part in ("all", "targets"))
+
+
+def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path, monkeypatch):
+  """The pipeline keeps each pair's summary with the checkpoints it played: a run retrained to
+  the same step (other files) is evaluated again, never reported from the older summary."""
+  config = quickstart.get_config()
+  workdir = str(tmp_path)
+  customer_dir = tmp_path / "bc_customer"
+  customer_dir.mkdir()
+  (customer_dir / "config.json").write_text(json.dumps({"algorithm": {"name": "bc"},
+                                                        "model": {}}))
+
+  def save_checkpoint(commit: int) -> None:  # What a training run leaves at step 200.
+    step = customer_dir / "checkpoints" / "200"
+    step.mkdir(parents=True, exist_ok=True)
+    (step / "_CHECKPOINT_METADATA").write_text(json.dumps({"commit_timestamp_nsecs": commit}))
+
+  played = []
+
+  def fake_evaluate(agent, customer, *, num_dialogues, workdir, tag, **unused):
+    played.append(customer)
+    os.makedirs(workdir, exist_ok=True)
+    transcripts = os.path.join(workdir, f"transcripts_{tag}.jsonl")
+    open(transcripts, "w").close()
+    summary = {"n": num_dialogues, "success_rate": len(played) / 10, "success_stderr": 0.1,
+               "mean_turns": 4.0, "end_reasons": {"action": num_dialogues},
+               "transcripts": transcripts}
+    with open(os.path.join(workdir, f"eval_{tag}.json"), "w") as f:
+      json.dump(summary, f)
+    return summary
+
+  monkeypatch.setattr(pipeline_lib.evaluate, "evaluate", fake_evaluate)
+  pair = lambda: pipeline_lib.evaluate_pair(config, workdir, "scripted_agent:oracle",
+                                            "bc_customer", 2)
+  save_checkpoint(1)
+  first = pair()
+  assert len(played) == 1 and first["success_rate"] == 0.1
+  assert pair() == first and len(played) == 1  # The same checkpoint: the summary is reused.
+  save_checkpoint(2)  # Retrained: the same step, another checkpoint.
+  again = pair()
+  assert len(played) == 2 and again["success_rate"] == 0.2
+  assert again["customer"] == "bc_customer" and again["customer_label"] == "bc_customer"

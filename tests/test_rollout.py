@@ -14,21 +14,25 @@ from data_pipelines import tokenization
 from data_pipelines.airdialogue import (action_grammar, agents, customers, schema, selfplay,
                                         to_dialogue)
 from data_pipelines.dialogue import Turn
-from ilql_dialogue import bc, rollout, simulators
+from ilql_dialogue import bc
+from domains.airdialogue.parties import ScriptedAgent, ScriptedCustomer, intent_from_json, table_from_json
+from ilql_dialogue.lm_party import LMParty, compact, forbidden_token_ids, start_state
+from ilql_dialogue.parties import make_party
+from domains.airdialogue import environment as airdialogue_env
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.config import ModelConfig
-from ilql_dialogue.tasks import airdialogue as airdialogue_task
+from domains.airdialogue import task as airdialogue_task
 
 MARKERS = (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)
 
 
 @functools.cache
 def scenarios(n=24, seed=7, kb_size=30):
-  return rollout.make_scenarios(seed, n, kb_size)
+  return airdialogue_env.make_scenarios(seed, n, kb_size)
 
 
 def play(agent, customer, scenes, **kwargs):
-  return list(rollout.run_dialogues(agent, customer, scenes, **kwargs))
+  return list(airdialogue_env.run_dialogues(agent, customer, scenes, **kwargs))
 
 
 # --- Scripted parties through the batched engine ------------------------------
@@ -37,13 +41,13 @@ def play(agent, customer, scenes, **kwargs):
 @pytest.mark.parametrize("style", sorted(customers.STYLES))
 def test_oracle_succeeds_and_turns_match_the_pure_python_loop(style):
   scenes = scenarios()
-  results = play(simulators.ScriptedAgent("oracle"), simulators.ScriptedCustomer(style), scenes,
+  results = play(ScriptedAgent("oracle"), ScriptedCustomer(style), scenes,
                  batch_size=5, seed=3)
-  summary = rollout.summarize(results)
+  summary = airdialogue_env.summarize(results)
   assert summary["success_rate"] == 1.0 and summary["success_stderr"] == 0.0
   assert summary["end_reasons"]["action"] == len(scenes)
-  agent_seeds = rollout.row_seeds(3, scenes, 0)
-  customer_seeds = rollout.row_seeds(3, scenes, 1)
+  agent_seeds = airdialogue_env.row_seeds(3, scenes, 0)
+  customer_seeds = airdialogue_env.row_seeds(3, scenes, 1)
   for scene, result, a_seed, c_seed in zip(scenes, results, agent_seeds, customer_seeds):
     # The same parties with the same generators in selfplay.play: identical turns (play adds
     # one closing customer line after the action, which the engine does not ask for).
@@ -57,8 +61,8 @@ def test_oracle_succeeds_and_turns_match_the_pure_python_loop(style):
 
 def test_degraded_agents_score_lower():
   scenes = scenarios()
-  by_agent = {name: rollout.summarize(play(simulators.ScriptedAgent(name),
-                                           simulators.ScriptedCustomer("volunteer"), scenes))
+  by_agent = {name: airdialogue_env.summarize(play(ScriptedAgent(name),
+                                           ScriptedCustomer("volunteer"), scenes))
               for name in ("oracle", "wrong_status", "misspell_name", "give_up")}
   assert by_agent["oracle"]["success_rate"] == 1.0
   assert by_agent["wrong_status"]["success_rate"] == 0.0
@@ -72,31 +76,31 @@ def test_degraded_agents_score_lower():
 
 def test_results_do_not_depend_on_batching():
   scenes = scenarios()[:10]
-  runs = [[r.to_json() for r in play(simulators.ScriptedAgent("not_cheapest"),
-                                     simulators.ScriptedCustomer("chatty"), scenes,
+  runs = [[r.to_json() for r in play(ScriptedAgent("not_cheapest"),
+                                     ScriptedCustomer("chatty"), scenes,
                                      batch_size=size, seed=5)] for size in (1, 3, 10)]
   assert runs[0] == runs[1] == runs[2]
 
 
 def test_turn_limit_counts_as_failure():
   scenes = scenarios()[:6]
-  results = play(simulators.ScriptedAgent("oracle"), simulators.ScriptedCustomer("answer_only"),
+  results = play(ScriptedAgent("oracle"), ScriptedCustomer("answer_only"),
                  scenes, max_turns=3)
   assert all(r.end_reason == "turn_limit" and not r.success for r in results)
   assert all([t.speaker for t in r.turns] == ["customer", "agent", "customer"] for r in results)
-  summary = rollout.summarize(results)
+  summary = airdialogue_env.summarize(results)
   assert summary["success_rate"] == 0.0 and summary["mean_turns"] == 3.0
   assert summary["status_acc"] == summary["flight_acc"] == summary["name_acc"] == 0.0
 
 
 def test_scenarios_are_prefix_stable_and_seeded():
-  assert rollout.make_scenarios(1000, 3) == rollout.make_scenarios(1000, 6)[:3]
-  assert rollout.make_scenarios(1000, 3) != rollout.make_scenarios(1001, 3)
-  assert [s.scenario_id for s in rollout.make_scenarios(1000, 2)] == ["1000:0", "1000:1"]
-  scene = rollout.make_scenarios(1000, 1)[0]
+  assert airdialogue_env.make_scenarios(1000, 3) == airdialogue_env.make_scenarios(1000, 6)[:3]
+  assert airdialogue_env.make_scenarios(1000, 3) != airdialogue_env.make_scenarios(1001, 3)
+  assert [s.scenario_id for s in airdialogue_env.make_scenarios(1000, 2)] == ["1000:0", "1000:1"]
+  scene = airdialogue_env.make_scenarios(1000, 1)[0]
   assert "kb" in scene.context("agent") and "kb" not in scene.context("customer")
-  assert simulators.intent_from_json(scene.context("customer")) == scene.intent
-  assert simulators.table_from_json(scene.context("agent")) == scene.table
+  assert intent_from_json(scene.context("customer")) == scene.intent
+  assert table_from_json(scene.context("agent")) == scene.table
 
 
 # --- User classes and odd parties ----------------------------------------------
@@ -138,29 +142,29 @@ class QuittingCustomer:
 
 
 def test_unparsable_action_is_a_logged_failure(caplog):
-  agent = simulators.make_party(f"{__name__}:BrokenAgent", "agent")
+  agent = make_party(f"{__name__}:BrokenAgent", "agent")
   assert isinstance(agent, BrokenAgent)
   with caplog.at_level(logging.WARNING):
-    results = play(agent, simulators.ScriptedCustomer("terse"), scenarios()[:4])
+    results = play(agent, ScriptedCustomer("terse"), scenarios()[:4])
   for r in results:
     assert r.end_reason == "unparsable_action" and not r.success and r.action is None
     assert "status=book" in r.action_text and "not 'status=S flight=F name=N'" in r.parse_error
     assert r.to_json()["parse_error"] == r.parse_error
-  assert rollout.summarize(results)["unparsable_actions"] == 4
+  assert airdialogue_env.summarize(results)["unparsable_actions"] == 4
   assert sum("unparsable action" in m for m in caplog.messages) == 4
 
 
 def test_customer_action_blocks_are_counted_not_scored():
-  results = play(simulators.ScriptedAgent("oracle"),
-                 simulators.make_party(f"{__name__}:ActionWritingCustomer", "customer"),
+  results = play(ScriptedAgent("oracle"),
+                 make_party(f"{__name__}:ActionWritingCustomer", "customer"),
                  scenarios()[:3], max_turns=6)
   assert all(r.end_reason == "turn_limit" and r.action is None for r in results)
-  assert rollout.summarize(results)["customer_action_blocks"] == 3 * 3
+  assert airdialogue_env.summarize(results)["customer_action_blocks"] == 3 * 3
 
 
 def test_party_may_end_a_dialogue():
-  results = play(simulators.ScriptedAgent("oracle"),
-                 simulators.make_party(f"{__name__}:QuittingCustomer", "customer"),
+  results = play(ScriptedAgent("oracle"),
+                 make_party(f"{__name__}:QuittingCustomer", "customer"),
                  scenarios()[:2])
   assert [r.end_reason for r in results] == ["customer_ended"] * 2
   assert all(len(r.turns) == 2 for r in results)
@@ -176,7 +180,7 @@ def test_party_may_end_a_dialogue():
 ])
 def test_bad_specs_say_what_is_wrong(spec, role, message):
   with pytest.raises(ValueError, match=message):
-    simulators.make_party(spec, role)
+    make_party(spec, role)
 
 
 def test_bad_replies_name_the_party_and_row():
@@ -188,7 +192,7 @@ def test_bad_replies_name_the_party_and_row():
       return [1] * len(histories)
 
   with pytest.raises(ValueError, match="customer party: reply of row 0 is int"):
-    play(simulators.ScriptedAgent("oracle"), Bad(), scenarios()[:2])
+    play(ScriptedAgent("oracle"), Bad(), scenarios()[:2])
 
 
 # --- Tokenizer markers -----------------------------------------------------------
@@ -196,7 +200,7 @@ def test_bad_replies_name_the_party_and_row():
 
 @functools.cache
 def marker_tokenizer():
-  scenes = rollout.make_scenarios(3, 30, kb_size=3)
+  scenes = airdialogue_env.make_scenarios(3, 30, kb_size=3)
   texts = [to_dialogue.serialize_context(role, s.context(role)) for s in scenes
            for role in to_dialogue.ROLES]
   for style, s in zip(sorted(customers.STYLES) * 6, scenes):
@@ -279,10 +283,11 @@ class PreferTokens:
 def lm_party(role, **kwargs):
   """A tiny LM tempted to write exactly what `role` must not write."""
   tok = marker_tokenizer()
-  tempting = simulators.forbidden_token_ids(tok, role)
+  tempting = forbidden_token_ids(tok, role)
   tempting = jnp.asarray(tempting + [1 << 20] * (16 - len(tempting)))
-  return simulators.LMParty(tiny_lm(), tok, role, max_new_tokens=LM_NEW,
-                            hook=lambda batch: PreferTokens(tempting), **kwargs)
+  kwargs.setdefault("serialize_context", to_dialogue.serialize_context)
+  return LMParty(tiny_lm(), tok, role, max_new_tokens=LM_NEW,
+                 hook=lambda batch: PreferTokens(tempting), **kwargs)
 
 
 def generated(party):
@@ -291,11 +296,11 @@ def generated(party):
 
 def test_lm_agent_never_writes_another_speakers_token():
   tok = marker_tokenizer()
-  scenes = rollout.make_scenarios(11, LM_BATCH, kb_size=1)
+  scenes = airdialogue_env.make_scenarios(11, LM_BATCH, kb_size=1)
 
   def run(**kwargs):
     party = lm_party("agent", **kwargs)
-    results = play(party, simulators.ScriptedCustomer("terse"), scenes, batch_size=LM_BATCH,
+    results = play(party, ScriptedCustomer("terse"), scenes, batch_size=LM_BATCH,
                    max_turns=8)
     return party, results
 
@@ -319,13 +324,13 @@ def test_lm_customer_never_writes_the_action_marker():
   tok = marker_tokenizer()
   party = lm_party("customer")
   assert set(tok.marker_ids.values()) <= set(party.forbidden_ids)
-  scenes = rollout.make_scenarios(12, LM_BATCH, kb_size=1)
-  results = play(simulators.ScriptedAgent("oracle"), party, scenes, batch_size=LM_BATCH,
+  scenes = airdialogue_env.make_scenarios(12, LM_BATCH, kb_size=1)
+  results = play(ScriptedAgent("oracle"), party, scenes, batch_size=LM_BATCH,
                  max_turns=8)
   ids = set(generated(party))
   assert len(generated(party)) >= 4 * LM_BATCH
   assert not ids & (set(tok.marker_ids.values()) | (set(tok.special_ids) - {tok.eot_id}))
-  assert rollout.summarize(results)["customer_action_blocks"] == 0
+  assert airdialogue_env.summarize(results)["customer_action_blocks"] == 0
 
 
 class UnevenCustomer:
@@ -346,7 +351,7 @@ def test_kv_cached_turns_equal_decoding_the_whole_history_afresh(context):
   table = airdialogue_task.table_fields if context == "prefix" else None
   party = lm_party("agent", temperature=0.0, include_context=context == "text",
                    prefix_fields=table)
-  scenes = rollout.make_scenarios(13, LM_BATCH, kb_size=1)
+  scenes = airdialogue_env.make_scenarios(13, LM_BATCH, kb_size=1)
   results = play(party, UnevenCustomer(), scenes, batch_size=LM_BATCH, max_turns=60)
   assert party.compactions >= 1
   prompts = []
@@ -368,7 +373,7 @@ def test_kv_cached_turns_equal_decoding_the_whole_history_afresh(context):
   if table is not None:
     prefix = party.decoder.embed_prefix(
         jnp.asarray(np.stack([table(s.context("agent")) for s in scenes])))
-  state = simulators.start_state(party.decoder, prompts, tok.pad_id, party.chunk,
+  state = start_state(party.decoder, prompts, tok.pad_id, party.chunk,
                                  party.cache_len, prefix)
   params = sampler.SamplingParams.make(LM_BATCH, max_new_tokens=LM_NEW, temperature=0.0,
                                        stop_tokens=[tok.eot_id])
@@ -383,10 +388,10 @@ def test_kv_cached_turns_equal_decoding_the_whole_history_afresh(context):
 def test_compaction_frees_slots_and_changes_no_decoded_token():
   tok = marker_tokenizer()
   party = lm_party("agent", temperature=0.0)
-  scenes = rollout.make_scenarios(15, LM_BATCH, kb_size=1)
-  play(party, simulators.ScriptedCustomer("chatty"), scenes, batch_size=LM_BATCH, max_turns=4)
+  scenes = airdialogue_env.make_scenarios(15, LM_BATCH, kb_size=1)
+  play(party, ScriptedCustomer("chatty"), scenes, batch_size=LM_BATCH, max_turns=4)
   copy = lambda: jax.tree.map(jnp.copy, party.state)
-  compacted = simulators.compact(copy())
+  compacted = compact(copy())
   assert int(compacted.cache.index) == int(np.max(np.sum(party.state.cache.valid_BxS, axis=1)))
   assert int(compacted.cache.index) < int(party.state.cache.index)
   params = sampler.SamplingParams.make(LM_BATCH, max_new_tokens=LM_NEW, temperature=0.0,
@@ -399,7 +404,7 @@ def test_compaction_frees_slots_and_changes_no_decoded_token():
 
 def test_lm_party_rejects_a_history_it_did_not_write():
   party = lm_party("agent")
-  scenes = rollout.make_scenarios(14, LM_BATCH, kb_size=1)
+  scenes = airdialogue_env.make_scenarios(14, LM_BATCH, kb_size=1)
   party.reset([s.context("agent") for s in scenes], list(range(LM_BATCH)))
   history = [Turn("customer", "Hi, I need to book a flight.")]
   replies = party.respond([history] * LM_BATCH)
@@ -412,9 +417,9 @@ def test_booking_success_sees_an_agent_that_never_finds_a_flight():
   """An agent that answers no_flight to everyone scores on the scenarios without a flight
   and on none of the bookings: success > 0, booking success 0."""
   scenes = scenarios(n=40)
-  oracle = play(simulators.ScriptedAgent("oracle"), simulators.ScriptedCustomer("volunteer"),
+  oracle = play(ScriptedAgent("oracle"), ScriptedCustomer("volunteer"),
                 scenes)
-  summary = rollout.summarize(oracle)
+  summary = airdialogue_env.summarize(oracle)
   by_status = summary["success_by_expected_status"]
   assert sum(v["n"] for v in by_status.values()) == len(scenes)
   assert summary["booking_success"] == 1.0
@@ -422,6 +427,6 @@ def test_booking_success_sees_an_agent_that_never_finds_a_flight():
   assert 0 < summary["booking_n"] < len(scenes)
   shortcut = [dataclasses.replace(r, action=schema.Action("no_flight", r.action.name))
               for r in oracle]
-  summary = rollout.summarize(shortcut)
+  summary = airdialogue_env.summarize(shortcut)
   assert summary["success_rate"] == by_status["no_flight"]["n"] / len(scenes) > 0
   assert summary["booking_success"] == 0.0

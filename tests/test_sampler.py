@@ -354,15 +354,15 @@ def test_sample_frequencies_follow_processed_distribution():
 
 
 def test_quick_benchmark_writes_only_its_section(tmp_path):
-  """`python -m experiments.benchmark --quick` end to end, into a temp file instead of docs/."""
-  from experiments import benchmark
+  """`python -m benchmarks.lm_speed --quick` end to end, into a temp file instead of docs/."""
+  from benchmarks import lm_speed as benchmark
 
   output = tmp_path / "BENCHMARKS.md"
   other = "## Another benchmark\n\nkept as is\n"
   output.write_text(f"# Benchmarks\n\n{benchmark.SECTION}\n\n(pending)\n\n{other}")
   # One torch thread: spinning OpenMP threads crawl when other tests share the cores.
   results = benchmark.benchmark_and_report(quick=True, output=str(output), repeats=1, threads=1,
-                                           command="python -m experiments.benchmark --quick")
+                                           command="python -m benchmarks.lm_speed --quick")
   text = output.read_text()
   assert "(pending)" not in text and text.endswith(other)
   assert text.count(benchmark.SECTION) == 1

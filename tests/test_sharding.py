@@ -60,7 +60,7 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent("""
     from flax import nnx
     from jax.sharding import PartitionSpec as P
     from experiments.configs import bc_tiny
-    from experiments import train_lib as launcher
+    from workflows import train as launcher
     from ilql_dialogue import bc, sharding, train_loop
 
     assert jax.device_count() == 8, jax.devices()

@@ -8,7 +8,7 @@ import pytest
 
 from cotraining import diagnostics, strategy_classifier as sc
 from data_pipelines.persuasion import loader
-from experiments import strategy_classifier as main
+from workflows import strategy_classifier as main
 
 TOY = [("would you like to donate today", "proposition"), ("please donate to the charity", "proposition"),
        ("hello how are you", "greeting"), ("hi there friend", "greeting"),

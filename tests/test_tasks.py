@@ -15,12 +15,13 @@ from data_pipelines import tokenization
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl
 from data_pipelines.persuasion import loader
-from experiments import offline_eval, pipeline_lib
-from experiments import train_lib as launcher
+from workflows import offline_eval, quickstart as pipeline_lib
+from workflows import train as launcher
 from experiments.configs import bc_airdialogue_quick, quickstart
 from ilql_dialogue import bc, metrics, tasks, text_metrics
 from ilql_dialogue.models.config import ModelConfig
-from ilql_dialogue.tasks import airdialogue, persuasion
+from domains.airdialogue import task as airdialogue
+from domains.persuasion import task as persuasion
 
 F = airdialogue.FIELD
 

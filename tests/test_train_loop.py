@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from experiments import train_lib as launcher
-from experiments.configs import base_config, bc_tiny
+from workflows import train as launcher
+from experiments.configs import bc_tiny
+from workflows.base_config import base_config
 from ilql_dialogue import bc, metrics, optim, sharding, train_loop
 
 VOCAB = 16

@@ -14,8 +14,9 @@ import pytest
 
 from cotraining import vs_llm
 from data_pipelines.dialogue import Turn
-from experiments import serve
-from ilql_dialogue import simulators
+from workflows import serve
+from ilql_dialogue import parties, party_spec
+from ilql_dialogue.parties import make_party
 from ilql_dialogue.models import gguf_io
 
 K = 5
@@ -151,17 +152,17 @@ def test_the_same_seeds_pick_the_same_candidates():
 
 def test_make_party_builds_it_from_a_spec():
   spec = "vs_llm:k=3,pick=tail,t=0.3,base_url=http://127.0.0.1:9/v1,model=smol,retries=1"
-  party = simulators.make_party(spec, "customer", temperature=0.7, max_new_tokens=64)
+  party = make_party(spec, "customer", temperature=0.7, max_new_tokens=64)
   assert isinstance(party, vs_llm.VSLLMParty)
   assert (party.k, party.pick, party.t, party.model, party.retries, party.temperature) == (
       3, "tail", 0.3, "smol", 1, 0.7)
   assert str(party.client.base_url).rstrip("/") == "http://127.0.0.1:9/v1"
   with pytest.raises(ValueError, match="needs"):
-    vs_llm.parse_spec("vs_llm:k=3,model=smol")
-  with pytest.raises(ValueError, match="unknown option"):
-    vs_llm.parse_spec("vs_llm:k=3,base_url=u,model=m,top_p=0.9")
+    parties.check("vs_llm:k=3,model=smol", "customer")
+  with pytest.raises(ValueError, match="unknown vs_llm option"):
+    party_spec.parse("vs_llm:k=3,base_url=u,model=m,top_p=0.9")
   with pytest.raises(ValueError, match="is not a int"):
-    vs_llm.parse_spec("vs_llm:k=three,base_url=u,model=m")
+    party_spec.parse("vs_llm:k=three,base_url=u,model=m")
 
 
 # --- Against experiments/serve.py on loopback, through the real `openai` client. ---
@@ -198,7 +199,7 @@ def serving(chat_model, name):
 def test_a_vs_party_talks_to_the_loopback_server_through_the_openai_client():
   echo = EchoChatModel()
   with serving(echo, "echo") as base_url:
-    party = simulators.make_party(f"vs_llm:k=3,base_url={base_url},model=echo,max_tokens=40",
+    party = make_party(f"vs_llm:k=3,base_url={base_url},model=echo,max_tokens=40",
                                   "customer", temperature=0.5)
     party.reset([INTENT, INTENT], [11, 12])
     replies = party.respond([HISTORY, HISTORY])
@@ -235,7 +236,7 @@ def test_smollm2_served_on_loopback_answers_vs_requests(smollm2_chat, record_pro
   """The real instruction-tuned model end to end; how often it writes valid VS JSON is
   recorded (`valid_json_rate`), not asserted: a 135M model often cannot."""
   with serving(smollm2_chat, "smollm2") as base_url:
-    party = simulators.make_party(
+    party = make_party(
         f"vs_llm:k=3,base_url={base_url},model=smollm2,max_tokens=64,retries=0", "customer",
         temperature=0.7)
     party.reset([INTENT], [0])

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
-from experiments import cli
+from data_pipelines import cli
 
 _DATA = flags.DEFINE_string("data", None, "Official data.json.")
 _KB = flags.DEFINE_string("kb", None, "Line-aligned official kb.json.")

@@ -1,7 +1,7 @@
 """Samples AirDialogue contexts (customer intent + flight table) with the official priors.
 
 The priors and sampling procedure follow the official AirDialogue context
-generator (BRIEF section 2), so the expected-status mix of a generated corpus
+generator (docs/METHODS.md, AirDialogue rules), so the expected-status mix of a generated corpus
 (book ~54%, no_flight ~26%, no_reservation ~18.5%) matches the real dataset.
 All draws for a batch of contexts are made as numpy arrays from one seeded
 Generator: 5,000 contexts x 30 flights is a handful of vectorized draws, and

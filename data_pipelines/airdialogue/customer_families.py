@@ -8,7 +8,7 @@ phrase grammar of `phrase_grammar` so that parts combine into many distinct
 utterances, and its own typing noise.
 
 `template` is the project's original wording. The others follow the habits
-of the real dataset's crowd workers (BRIEF section 2): numeric and day-first
+of the real dataset's crowd workers (docs/METHODS.md, Real customers' habits): numeric and day-first
 dates, hyphen-joined codes, cities and trip reasons, prices with no currency
 sign, names lower-cased or given only when asked, loose constraint wording,
 filler turns. Which families a corpus may use is `family_split`'s business;

@@ -13,7 +13,7 @@ from __future__ import annotations
 from absl import flags
 
 from data_pipelines.airdialogue import agents, customers, selfplay
-from experiments import cli
+from data_pipelines import cli
 
 _OUT_DIR = flags.DEFINE_string(
     "out_dir", None, "Directory for data.json, kb.json and stats.json.", required=True)

@@ -42,7 +42,7 @@ from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import selfplay
 from data_pipelines.airdialogue import slot_parser
 from data_pipelines.airdialogue import solver
-from experiments import cli
+from data_pipelines import cli
 
 SEED = 1000
 _SLOT_OF_FIELD = {

@@ -19,7 +19,7 @@ from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import solver
-from experiments import cli
+from data_pipelines import cli
 
 def action_pairs(
     data_path: str, kb_path: str | None = None) -> Iterator[tuple[schema.Action, schema.Action]]:

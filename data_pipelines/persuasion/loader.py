@@ -1,6 +1,7 @@
 """Persuasion for Good (Wang et al., ACL 2019) as `Dialogue`s with donation outcome and personas.
 
-Files read under `data_dir` (default `<repo root>/../shared/data/persuasionforgood`):
+Files read under `data_dir` (a config's task.data_dir / rl.data_dir, a main's --data_dir, or else
+the folder named by the environment variable P4G_DATA_DIR; see `resolve_data_dir`):
   FullData/full_dialog.csv       one utterance a row: B2 dialogue id, B4 role, Turn, Unit (text).
   FullData/full_info.csv         one participant a row: B2, B3 user, B4 role, B6 donation, traits.
   AnnotatedData/300_dialog.xlsx  one sentence a row of 300 of the dialogues, with strategy labels.
@@ -80,6 +81,14 @@ PERSUADEE_LABELS = frozenset((
     "personal-related-inquiry", "positive-reaction-to-donation", "positive-to-inquiry",
     "provide-donation-amount", "task-related-inquiry", "thank", "you-are-welcome",
 ))
+
+# Where the corpus is: not in the repository. What a missing corpus's error says to do.
+DATA_DIR_ENV = "P4G_DATA_DIR"
+CORPUS_URL = "https://gitlab.com/ucdavisnlp/persuasionforgood"
+CORPUS_ADVICE = (f"set {DATA_DIR_ENV} (or the config's task.data_dir / rl.data_dir, or "
+                 f"--data_dir) to the folder holding FullData/ and AnnotatedData/ of the "
+                 f"Persuasion for Good corpus (Wang et al. 2019), from {CORPUS_URL} or ConvoKit")
+
 _LABEL_ALIASES = {"non-personal-Task-related-inquiry": "task-related-inquiry"}
 _LABEL_COLUMNS = (("er_label_1", "er_label_2"), ("ee_label_1", "ee_label_2"))  # Indexed by B4.
 _SENTIMENT_COLUMNS = ("neg", "neu", "pos")
@@ -96,6 +105,10 @@ _AMOUNT_RE = re.compile(r"^\s*\$?(\d+(?:\.\d{1,2})?)\s*$")
 
 class PersuasionFormatError(dialogue_lib.DialogueFormatError):
   """Bad input; the message names the file, the line (CSV) or row (XLSX) and the field."""
+
+
+class MissingCorpusError(FileNotFoundError):
+  """The corpus is not where data_dir / $P4G_DATA_DIR points; one line saying what to set."""
 
 
 class DonationParseError(ValueError):
@@ -116,8 +129,19 @@ class SentenceLabel:
 
 
 def default_data_dir() -> str:
-  repo_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  return os.path.normpath(os.path.join(repo_root, "..", "shared", "data", "persuasionforgood"))
+  """The corpus folder named by $P4G_DATA_DIR, or "" when it is unset (there is no built-in
+  location: the corpus is not part of the repository)."""
+  return os.environ.get(DATA_DIR_ENV, "").strip()
+
+
+def resolve_data_dir(data_dir: str | None = None) -> str:
+  """`data_dir` if given, else $P4G_DATA_DIR; with neither, MissingCorpusError, one line saying
+  what to set and where the corpus comes from. A reader that then misses one of the corpus's
+  files raises MissingCorpusError naming that file, with the same advice."""
+  path = data_dir or default_data_dir()
+  if not path:
+    raise MissingCorpusError(f"no Persuasion for Good corpus: {CORPUS_ADVICE}")
+  return path
 
 
 def repair_text(text: str) -> str:
@@ -172,8 +196,7 @@ class _Table:
 
 def _require_file(path: str) -> None:
   if not os.path.isfile(path):
-    raise FileNotFoundError(
-        f"{path}: no such file (point data_dir / --data_dir at the Persuasion for Good folder)")
+    raise MissingCorpusError(f"{path}: no such file; {CORPUS_ADVICE}")
 
 
 def _require_columns(path: str, frame: pd.DataFrame, columns: Iterable[str]) -> None:
@@ -220,7 +243,7 @@ def _read_xlsx(path: str, columns: Sequence[str]) -> _Table:
 def load_strategy_labels(data_dir: str | None = None) -> list[SentenceLabel]:
   """Every sentence of 300_dialog.xlsx, in file order, each with its speaker's strategy label(s)."""
   columns = ("B2", "B4", "Turn", "Unit", *sum(_LABEL_COLUMNS, ()), *_SENTIMENT_COLUMNS)
-  table = _read_xlsx(os.path.join(data_dir or default_data_dir(), ANNOTATED_DIALOG), columns)
+  table = _read_xlsx(os.path.join(resolve_data_dir(data_dir), ANNOTATED_DIALOG), columns)
   ids, roles, turns = table.strings("B2"), table.ints("B4", (0, 1)), table.ints("Turn")
   texts = table.strings("Unit")
   scores = np.stack([table.floats(c, missing_ok=True) for c in _SENTIMENT_COLUMNS], axis=1)
@@ -380,7 +403,7 @@ def load_dialogues(data_dir: str | None = None, *, with_labels: bool = True,
   717 unannotated dialogues); without, neither key exists. With `donation_statement` the
   persuadee's last turn ends with its donation statement (`with_donation_statement`).
   """
-  data_dir = data_dir or default_data_dir()
+  data_dir = resolve_data_dir(data_dir)
   table = _read_csv(os.path.join(data_dir, FULL_DIALOG), ("B2", "B4", "Turn", "Unit"))
   if table.rows.empty:
     raise PersuasionFormatError(f"{table.path}: field '<record>': no utterances")

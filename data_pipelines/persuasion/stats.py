@@ -19,10 +19,10 @@ import numpy as np
 
 from data_pipelines import dialogue as dialogue_lib
 from data_pipelines.persuasion import loader
-from experiments import cli
+from data_pipelines import cli
 
 _DATA_DIR = flags.DEFINE_string(
-    "data_dir", None, "Persuasion for Good folder; default <repo>/../shared/data/persuasionforgood")
+    "data_dir", None, "Persuasion for Good folder; default $P4G_DATA_DIR")
 _TEST_FRACTION = flags.DEFINE_float("test_fraction", 0.1, "Share of dialogue ids held out.",
                                     lower_bound=0.0, upper_bound=1.0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the train/test split.")
@@ -63,7 +63,9 @@ def corpus_stats(dialogues: Sequence[dialogue_lib.Dialogue], test_fraction: floa
 
 def main(argv: Sequence[str]) -> None:
   del argv
-  data_dir = cli.existing_dir(_DATA_DIR.value or loader.default_data_dir(), "--data_dir")
+  with cli.reported_as():  # Neither --data_dir nor $P4G_DATA_DIR: what to set, in one line.
+    data_dir = loader.resolve_data_dir(_DATA_DIR.value)
+  data_dir = cli.existing_dir(data_dir, "--data_dir")
   for name in (loader.FULL_DIALOG, loader.FULL_INFO, loader.ANNOTATED_DIALOG):
     if not os.path.isfile(os.path.join(data_dir, name)):
       raise cli.BadInput(f"--data_dir={data_dir}: {name} missing; not a Persuasion for Good folder")

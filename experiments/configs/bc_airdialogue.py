@@ -6,7 +6,7 @@
     python -m experiments.offline_eval --workdir=runs/bc_airdialogue
 
 The agent reads its flight table as CALM's structured prefix (32 rows of
-learned field embeddings, ilql_dialogue/tasks/airdialogue.py); `context=text`
+learned field embeddings, domains/airdialogue/task.py); `context=text`
 spells it out in ~575 tokens instead. To start from a checkpoint
 (ilql_dialogue/init_from.py): --config.model.init_from=WORKDIR (a run on the same
 tokenizer, e.g. the pipeline's dialogue LM), or a Hugging Face directory / .gguf
@@ -16,13 +16,13 @@ re-tokenized with: --config.model.init_from=DIR --config.task.tokenizer=DIR.
 
 import ml_collections
 
-from experiments.configs import base_config
+from workflows.base_config import base_config
 
 
 def online_eval_section(**overrides) -> ml_collections.ConfigDict:
-  """Online success at each evaluation (experiments/train_lib.py:online_eval), on
+  """Online success at each evaluation (workflows/train.py:online_eval), on
   VALIDATION scenarios: seed 2000, never the reported test seed (1000,
-  rollout.DEFAULT_SEED) nor the corpus seeds (0, 1)."""
+  airdialogue_env.DEFAULT_SEED) nor the corpus seeds (0, 1)."""
   return ml_collections.ConfigDict(dict(dict(
       num_dialogues=128,  # 0 = off.
       opponent="scripted:volunteer",
@@ -61,7 +61,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.offline_eval = ml_collections.ConfigDict(dict(
       batch_size=64, max_new_tokens=64, max_dialogues=0, max_batches=0))
   c.online_eval = online_eval_section()
-  # experiments/skill_probes.py: greedy closing-turn / name-turn decodings of held-out
+  # workflows/skill_probes.py: greedy closing-turn / name-turn decodings of held-out
   # dialogues at every evaluation (0 = off).
   c.skill_probes = ml_collections.ConfigDict(dict(num_dialogues=0, batch_size=32,
                                                   max_new_tokens=48))

@@ -25,7 +25,7 @@ file); vocab_size=0 takes the tokenizer's size (49152 + the dialogue tokens,
 rounded up to 128) and the appended embedding rows start random. On 2 shared
 CPU cores one float32 update of only 4 x 256 tokens took 24 s (15 s of CPU),
 after 17 s of compiling and a 12 s GGUF load (docs/BENCHMARKS.md,
-experiments/benchmark_smollm2.py): this is a config for an accelerator.
+benchmarks/smollm2.py): this is a config for an accelerator.
 """
 
 import os

@@ -5,14 +5,14 @@
     python -m experiments.offline_eval --workdir=runs/bc_persuasion
 
 The first run writes the held-out split, a BPE and the MDP datasets under
-task.root (ilql_dialogue/tasks/persuasion.py, from the real corpus in
+task.root (domains/persuasion/task.py, from the real corpus in
 task.data_dir). The persuader reads its own persona as text (~150 tokens);
 with it, max_length=1024 cuts 7% of the dialogues (3% without it).
 """
 
 import ml_collections
 
-from experiments.configs import base_config
+from workflows.base_config import base_config
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -25,7 +25,7 @@ def get_config() -> ml_collections.ConfigDict:
       root="runs/quickstart",
       max_length=1024,
       tokenizer="",  # "" = a BPE trained on the training split; else an HF tokenizer directory.
-      data_dir="",  # "" = <repo>/../shared/data/persuasionforgood.
+      data_dir="",  # The corpus folder; "" = $P4G_DATA_DIR (data_pipelines/persuasion/loader.py).
   ))
   c.model = ml_collections.ConfigDict(dict(
       family="gpt2", vocab_size=0, num_layers=12, d_model=768, num_heads=12, num_kv_heads=12,

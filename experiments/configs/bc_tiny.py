@@ -10,7 +10,7 @@ or, without any data, `--config.data.synthetic=True`.
 
 import ml_collections
 
-from experiments.configs import base_config
+from workflows.base_config import base_config
 
 
 def get_config() -> ml_collections.ConfigDict:

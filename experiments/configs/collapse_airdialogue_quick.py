@@ -1,4 +1,4 @@
-"""The simulator-collapse comparison on AirDialogue (BRIEF §5), one arm per variant, sized for 2 CPU cores.
+"""The simulator-collapse comparison on AirDialogue, one arm per variant, sized for 2 CPU cores.
 
     make run  # the BC agent in runs/quickstart; learned customers: bc_airdialogue_customer_quick.py
     python -m experiments.train \
@@ -12,15 +12,18 @@ GRPO settings of grpo_airdialogue_quick.py. Only who plays the customer differs:
 
     single      the training simulator, frozen, sampled at temperature 0.3 (the
                 usual practice the paper argues against);
-    vs          the same simulator with Verbalized Sampling: k = 5 candidate
-                replies per turn, one picked uniformly, temperature 1.0;
+    temperature the same simulator, frozen, sampled at temperature 1.0: it
+                differs from `single` in temperature only. It plays through
+                the k-sample picker (k = 5 replies per turn, one picked
+                uniformly), whose pick is one ordinary sample in distribution;
+                kept so that the arm's rollouts stay those of earlier runs;
     cotrain     Co-Training: the simulator starts from the same checkpoint and is
                 trained alongside by GRPO on its own turns with the curriculum
                 reward and a KL to itself (cotraining/cotrain.py);
     population  Population Co-Training: cotrain plus a FIFO pool of its saved
                 checkpoints, one drawn per rollout batch (cotraining/population.py).
 
-`simulator` is one reference: it sets the opponent, the VS wrapper, the
+`simulator` is one reference: it sets the opponent, the picker's, the
 co-trained simulator's start and the panel's one training member. Checkpoints
 are selected greedily on validation scenarios against that frozen simulator,
 never against a held-out one: `rl.panel` holds out every scripted style and
@@ -34,11 +37,13 @@ import ml_collections
 
 from experiments.configs import cotrain_airdialogue_quick, grpo_airdialogue_quick
 
-ARMS = ("single", "vs", "cotrain", "population")
+ARMS = ("single", "temperature", "cotrain", "population")
+# What tables call an arm whose name says less than what it is.
+LABELS = {"temperature": "temperature 1.0"}
 SIMULATOR = "runs/panel_airdialogue/customer_seed0"
 HELD_OUT = ("runs/panel_airdialogue/customer_seed2", "runs/panel_airdialogue/customer_small")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
-VS_SPEC = "vs:k=5,pick=uniform:"
+VS_SPEC = "pick:k=5,pick=uniform:"
 
 
 def get_config(arm: str = "single") -> ml_collections.ConfigDict:
@@ -52,7 +57,7 @@ def get_config(arm: str = "single") -> ml_collections.ConfigDict:
     c = grpo_airdialogue_quick.get_config()
   c.simulator = simulator
   del c.rl["opponent"], c.online_eval["opponent"]  # Unlink grpo's one shared opponent reference.
-  c.rl.opponent = VS_SPEC + simulator if arm == "vs" else simulator
+  c.rl.opponent = VS_SPEC + simulator if arm == "temperature" else simulator
   c.rl.opponent_temperature = SINGLE_TEMPERATURE if arm == "single" else 1.0
   # Selection plays the frozen training simulator at its own sampling; never a held-out one.
   c.online_eval.opponent = simulator

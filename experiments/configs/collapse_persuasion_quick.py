@@ -1,4 +1,4 @@
-"""The simulator-collapse comparison on Persuasion for Good (BRIEF §5), sized for 2 CPU cores.
+"""The simulator-collapse comparison on Persuasion for Good (docs/METHODS.md, Online RL and Co-Training), sized for 2 CPU cores.
 
     python -m experiments.train --config=experiments/configs/bc_persuasion_quick.py \
         --workdir=runs/p4g/persuader_bc --config.task.root=runs/p4g
@@ -12,8 +12,8 @@
 
 Every arm starts from the same BC persuader (also its KL reference) and gets
 grpo_persuasion_quick.py's GRPO settings and the same budget, 100 updates (800
-dialogues; half grpo_persuasion_quick's, so that 4 arms x 3 seeds fit a 2-core
-session), evaluated at 0, 50 and 100; only who plays the persuadee differs, as in
+dialogues; half grpo_persuasion_quick's, so that 4 arms x 3 seeds fit a few hours
+on 2 cores), evaluated at 0, 50 and 100; only who plays the persuadee differs, as in
 collapse_airdialogue_quick.py:
 
     single      the training persuadee (seed 0), frozen, sampled at temperature 0.3;
@@ -25,8 +25,9 @@ collapse_airdialogue_quick.py:
 
 The persuadee trained with seed 1 and the one trained on half the dialogues
 (a disjoint hash half, mdp_dataset.dialogue_part, seed 3) are held out: refused for training
-and selection (rl.panel), and played at every evaluation on the held-out
-personas (online_eval.held_out: the held_out/NAME/return curves). Checkpoints
+and selection (rl.panel), and played at every evaluation on the same validation
+personas as selection (online_eval.held_out: the held_out/NAME/return curves;
+grpo_persuasion_quick.py: never a persona of the test split). Checkpoints
 are selected against the frozen training persuadee only. Every evaluation
 opponent samples at T = 1 (online_eval.opponent_temperature) in every arm, the
 single arm's T = 0.3 training persuadee included: at T = 0.3 it states $0 in
@@ -42,7 +43,7 @@ ROOT = "runs/p4g"
 SIMULATOR = ROOT + "/persuadee_s0"
 HELD_OUT = (ROOT + "/persuadee_s1", ROOT + "/persuadee_half1")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
-VS_SPEC = "vs:k=5,pick=uniform:"
+VS_SPEC = "pick:k=5,pick=uniform:"
 
 
 def get_config(arm: str = "single") -> ml_collections.ConfigDict:

@@ -1,4 +1,4 @@
-"""Co-Training of the AirDialogue agent and customer (BRIEF §5), sized for 2 CPU cores.
+"""Co-Training of the AirDialogue agent and customer (docs/METHODS.md, Online RL and Co-Training), sized for 2 CPU cores.
 
     make run  # corpora, tokenizer, datasets, the BC agent and the BC customer in runs/quickstart
     python -m experiments.train \

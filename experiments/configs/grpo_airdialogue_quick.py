@@ -11,7 +11,7 @@ rollouts against `rl.opponent`; one pass of 2 minibatches per batch, so a
 checkpoint every 20 steps is always at a rollout boundary (exact resume).
 Online evaluation plays validation scenarios (seed 2000) greedily against
 the same style; training scenarios come from seeds 100000 + rollout index.
-The GRPO settings are ../shared/BRIEF.md §5's (clip 0.2 / 0.28, k3 KL 0.005,
+The GRPO settings are docs/METHODS.md's (Online RL and Co-Training) (clip 0.2 / 0.28, k3 KL 0.005,
 temperature 0.7, group rollouts); the learning rate suits this tiny model,
 not the paper's 4B ones.
 """

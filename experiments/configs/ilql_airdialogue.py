@@ -8,7 +8,7 @@
 Task, model and data are bc_airdialogue.py's (structured flight-table prefix),
 so ILQL and BC differ only in the algorithm. The reward is the task outcome
 on the agent's last turn. Decode with value guidance (beta 1-16) and keep the
-checkpoint with the best online return (experiments.evaluate_lib.online_eval_fn).
+checkpoint with the best online return (workflows/evaluate.py:online_eval_fn).
 """
 
 import ml_collections

@@ -16,14 +16,14 @@ import ml_collections
 from experiments.configs import bc_airdialogue_quick
 
 
-# Value-guidance strengths tried at each online evaluation (BRIEF section 3: 1-16), and
+# Value-guidance strengths tried at each online evaluation (docs/METHODS.md, ILQL: 1-16), and
 # beta = 0, the plain policy: selection must be able to say guidance does not help. Ties go
 # to the first, so an unhelpful guidance loses to beta = 0.
 GUIDANCE_BETAS = (0.0, 1.0, 4.0, 16.0)
 
 
 def ilql_section(**overrides) -> ml_collections.ConfigDict:
-  """config.algorithm for ILQL: ILQLConfig fields (ilql_dialogue/ilql.py), BRIEF section 3
+  """config.algorithm for ILQL: ILQLConfig fields (ilql_dialogue/ilql.py), docs/METHODS.md, ILQL
   values unless overridden."""
   return ml_collections.ConfigDict(dict(dict(
       name="ilql",

@@ -7,7 +7,7 @@ starts from (config.model.init_from), trained on rows streamed from the generato
 
 The model is bc_airdialogue_quick.py's (so BC, ILQL and the customer load it
 as is); the task streams agent views, customer views, CALM-style scenes,
-repeated runs and name-retrieval drills (ilql_dialogue/tasks/airdialogue_lm.py).
+repeated runs and name-retrieval drills (domains/airdialogue/lm_task.py).
 Its evaluation probes the two skills the later runs need: the agent's
 closing-turn name and the customer stating its own name, each decoded
 greedily from true held-out histories.

@@ -29,7 +29,7 @@ def get_config() -> ml_collections.ConfigDict:
           dict(spec=f"{ROOT}/customer_seed2", temperature=1.0),
           dict(spec=f"{ROOT}/customer_other_half_data", temperature=1.0),
           dict(spec=f"{ROOT}/customer_small", temperature=1.0),
-          dict(spec=f"vs:k=5,pick=uniform:{ROOT}/customer_seed3", temperature=1.0),
+          dict(spec=f"pick:k=5,pick=uniform:{ROOT}/customer_seed3", temperature=1.0),
           dict(spec="scripted:*"),
           dict(spec=SERVED_LLM, temperature=0.7),
       ],

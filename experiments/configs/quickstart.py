@@ -1,8 +1,9 @@
 """`make run`: the end-to-end pipeline sized for 2 CPU cores.
 
 Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent, a CALM agent (on
-the relabeled corpus and generator scenes, acting by its pooled state head;
-played greedily, without planning)
+the relabeled corpus and generator scenes; it acts by its pooled state head, whose
+tracked intent a rule solver, calm/state.solve, turns into the booking; played
+greedily, without planning: tables call it "CALM + intent tracker (rule solver)")
 and a BC customer (the first learned simulator) from it, an ILQL agent from the
 BC agent -> each agent against a scripted customer and the learned one -> the
 simulator-collapse comparison, short: four GRPO arms from the BC agent against
@@ -23,6 +24,10 @@ from experiments.configs import collapse_airdialogue_quick
 # scenarios per agent x customer. Sized to make run's 20 minutes: 6.4 of its 19.2 (RESULTS.md).
 ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
 ARM_VALIDATION_DIALOGUES = 32  # The arms' one evaluation against the learned customer.
+# What tables and report.json call a run whose name says less than what it is (the run keeps
+# its name: its workdir and evaluation files).
+LABELS = {"calm_agent": "CALM + intent tracker (rule solver)",
+          **{f"{arm}_arm": text for arm, text in collapse_airdialogue_quick.LABELS.items()}}
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -44,10 +49,11 @@ def get_config() -> ml_collections.ConfigDict:
   # often it evaluates (online evaluations pick each agent's checkpoint) and the run it
   # starts from (init_from, "" = random init). Every party starts from the dialogue LM.
   # `set`: (dotted field, value) pairs set on the run's config, a run's name becoming its
-  # workdir.
+  # workdir. `label`: what the tables call it ("" = its name).
   config.runs = ml_collections.ConfigDict({
       name: ml_collections.ConfigDict(dict(config=module, steps=steps, eval_every=every,
-                                           init_from=parent, set=overrides))
+                                           init_from=parent, set=overrides,
+                                           label=LABELS.get(name, "")))
       for name, module, steps, every, parent, overrides in (
           ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, "", ()),
           ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm", ()),
@@ -76,7 +82,7 @@ def get_config() -> ml_collections.ConfigDict:
       # the time (docs/RESULTS.md, "CALM's ablation table"); 256 cost seconds per evaluation.
       online_dialogues=256,
   ))
-  # (agent, customer): run names or party specs (ilql_dialogue/simulators.py).
+  # (agent, customer): run names or party specs (ilql_dialogue/party_spec.py).
   config.evaluation = ml_collections.ConfigDict(dict(
       num_dialogues=100,  # Held-out scenarios (seed 1000) per pair.
       batch_size=50,
@@ -95,9 +101,9 @@ def get_config() -> ml_collections.ConfigDict:
              ("calm_agent", "scripted:volunteer/held_out"),
              ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
   ))
-  # The simulator-collapse comparison, short (issue 13; docs/RESULTS.md has it at 100 updates
-  # x 3 seeds): the BC agent and each arm against the training simulator and the held-out
-  # customers, on COLLAPSE_DIALOGUES held-out scenarios (seed 1000) each.
+  # The simulator-collapse comparison, short (docs/RESULTS.md has it at 100 updates x 3 seeds):
+  # the BC agent and each arm against the training simulator and the held-out customers, on
+  # COLLAPSE_DIALOGUES held-out scenarios (seed 1000) each.
   config.collapse = ml_collections.ConfigDict(dict(
       start="bc_agent",
       arms=tuple(f"{arm}_arm" for arm in collapse_airdialogue_quick.ARMS),

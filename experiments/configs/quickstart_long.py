@@ -1,5 +1,5 @@
 """`make run`'s pipeline at the budget its targets take: the same stages and models, trained
-10-40x longer (docs/RESULTS.md, "make run at ten times its budget", measured on a lent GPU).
+10-40x longer (docs/RESULTS.md, "make run at ten times its budget", measured on a GPU).
 
     python -m experiments.pipeline --config=experiments/configs/quickstart_long.py \
         --workdir=runs/quickstart_long
@@ -36,7 +36,8 @@ def get_config(part: str = "all") -> ml_collections.ConfigDict:
   customer_steps, customer_every, train_dialogues = PARTS[part]
   c = quickstart.get_config()
   c.airdialogue.train_dialogues = train_dialogues
-  runs = {name: dict(config=module, steps=steps, eval_every=every, init_from=parent)
+  runs = {name: dict(config=module, steps=steps, eval_every=every, init_from=parent,
+                     label=quickstart.LABELS.get(name, ""))
           for name, module, steps, every, parent in (
               ("dialogue_lm", "lm_airdialogue_quick", 1000, 500, ""),
               ("bc_customer", "bc_airdialogue_customer_quick", customer_steps, customer_every,

@@ -31,7 +31,7 @@ class KVCache:
   """Per-layer keys/values for slots [0, S); `index` is the next free slot.
 
   `k_BxKxSxH` / `v_BxKxSxH` are tuples of L arrays (the field name spells each
-  array's layout, which simulators.compact reads).
+  array's layout, which lm_party.compact reads).
 
   Slot s of row b holds a real token iff `valid_BxS[b, s]`; padded tokens are
   written but never attended to. Writing past S is not detectable under

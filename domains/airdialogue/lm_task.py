@@ -1,0 +1,214 @@
+"""The AirDialogue dialogue LM: one trunk pretrained for both roles, streamed from the generator.
+
+Every learned AirDialogue party starts from this checkpoint
+(`config.model.init_from`): the BC agent, the BC customer, ILQL and CALM. It
+trains with BC's loss (next-token cross-entropy on the tokens a row marks in
+`action_mask`) on rows of four kinds, generated fresh at every step (the
+dialogues by the self-play generator), so it never sees a dialogue twice and
+cannot overfit the 3,000 of the corpus:
+
+  agent     the agent's view: the flight table as the structured prefix, then
+            the dialogue. Targets: the agent's tokens.
+  customer  the customer's view: its intent as text, then the dialogue, no
+            prefix. Targets: the customer's tokens.
+
+Each view trains only its own role's tokens. Measured: with every dialogue
+token as a target, the agent view keeps asking the model to guess the
+customer's name from nothing, which rewards a prior over names and delays
+copying them (no name copied after 1,500 updates; docs/RESULTS.md).
+  scene     task pretraining (CALM): the table prefix, one customer turn that
+            states the whole intent (the volunteer style's opening), and the
+            agent turn holding the expected action block. Targets: that turn.
+            A dialogue teaches choosing a flight and copying a name once per
+            ~160 tokens; a scene teaches it in ~60.
+  repeat    a run of random word tokens, then the same run again; targets: the
+            repetition. The canonical material for induction heads ("predict
+            what followed this token last time"), the circuit that copies a
+            two-token name such as "Kimberly Young" from one turn into another.
+            Without it a 2-layer model copies first names long before last ones.
+  names     NAMES_PER_ROW pairs of (a customer turn that states the customer's
+            name, taken from a generated dialogue; the closing action block
+            for that customer), no prefix. Targets: the name and the block's
+            end. The drill for the other half of copying: *finding* the name
+            in a turn ("This is Nancy Kelly", "put it under Frank Moore"),
+            which induction does not do (the token before the name differs
+            between the turn and the block). A dialogue holds one such
+            retrieval per ~160 target tokens; this row one per ~4. Measured
+            (docs/RESULTS.md): without it the closing turn writes one fixed
+            name for every customer until the last updates of a long schedule.
+
+Each step is one kind, cycling through `config.task.mixture` (e.g.
+"agent,names,repeat,customer,scene,names"), so batches with and without the prefix never mix and
+every batch has a static shape (lengths padded up to `LENGTH_STEP`).
+
+Streams stay apart from every evaluation: step s of host h draws its scenarios
+and plays from SeedSequence([STREAM_TAG, seed, s, h]), never from the plain
+integer seeds of the corpora (0, 1), checkpoint selection (2000) or the
+reported evaluation (1000). Step s depends only on (seed, s, h), so a resumed
+run reads exactly the batches an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+
+from data_pipelines import dialogue as dialogue_lib, mdp
+from data_pipelines.airdialogue import action_grammar, customers, schema, selfplay, to_dialogue
+from data_pipelines.tokenization import DialogueTokenizer
+from ilql_dialogue import bc, tasks
+from domains.airdialogue import task as airdialogue
+
+KINDS = ("agent", "customer", "scene", "repeat", "names")
+STREAM_TAG = 0x4C4D  # "LM": keeps stream seeds out of the integer seeds used elsewhere.
+LENGTH_STEP = 64  # Batch lengths are padded up to a multiple of this: few shapes, few compiles.
+REPEAT_LENGTH = 32  # Tokens in a "repeat" row's run (the row is twice as long).
+NAMES_PER_ROW = 4  # (name turn, action block) pairs per "names" row.
+
+
+def parse_mixture(mixture: str) -> tuple[str, ...]:
+  kinds = tuple(k.strip() for k in mixture.split(",") if k.strip())
+  unknown = sorted(set(kinds) - set(KINDS))
+  if not kinds or unknown:
+    raise ValueError(f"config.task.mixture={mixture!r}: a comma-separated list of {KINDS}")
+  return kinds
+
+
+def scene(sample: schema.Sample, rng: np.random.Generator, dialogue_id: str
+          ) -> dialogue_lib.Dialogue:
+  """A two-turn dialogue: the whole intent in one customer turn, then the expected action."""
+  opening = customers.Customer(sample.intent, "volunteer", rng).opening()
+  expected = sample.expected_action
+  action = schema.Action(expected.status, sample.intent.name, tuple(expected.flights[:1]))
+  turns = (dialogue_lib.Turn("customer", opening),
+           dialogue_lib.Turn("agent", action_grammar.format_action(action)))
+  return dialogue_lib.Dialogue(
+      dialogue_id=dialogue_id, roles=to_dialogue.ROLES, turns=turns,
+      context={"agent": sample.table.to_json(), "customer": sample.intent.to_json()},
+      outcome=1.0)
+
+
+def _row(dialogue: dialogue_lib.Dialogue, kind: str, tokenizer: DialogueTokenizer,
+         max_length: int) -> dict[str, np.ndarray]:
+  role = "customer" if kind == "customer" else "agent"
+  example = mdp.dialogue_to_example(
+      dialogue, tokenizer, role, max_length, serialize_context=to_dialogue.serialize_context,
+      include_context=kind == "customer")
+  row = {"input_ids": example["input_ids"], "action_mask": example["action_mask"]}
+  if kind != "customer":
+    row[bc.PREFIX_FIELDS] = airdialogue.table_fields(dialogue.context["agent"],
+                                                     f"dialogue {dialogue.dialogue_id!r}")
+  return row
+
+
+def collate(rows: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  """Right-padded [B, L] arrays, L the longest row rounded up to LENGTH_STEP."""
+  length = -(-max(len(r["input_ids"]) for r in rows) // LENGTH_STEP) * LENGTH_STEP
+  batch = {name: np.zeros((len(rows), length), dtype) for name, dtype in (
+      ("input_ids", np.int32), ("attention_mask", np.bool_), ("action_mask", np.bool_))}
+  for b, row in enumerate(rows):
+    n = len(row["input_ids"])
+    batch["input_ids"][b, :n] = row["input_ids"]
+    batch["attention_mask"][b, :n] = True
+    batch["action_mask"][b, :n] = row["action_mask"]
+  if bc.PREFIX_FIELDS in rows[0]:
+    batch[bc.PREFIX_FIELDS] = np.stack([r[bc.PREFIX_FIELDS] for r in rows])
+  return batch
+
+
+def repeat_rows(num_rows: int, rng: np.random.Generator, tokenizer: DialogueTokenizer
+                ) -> dict[str, np.ndarray]:
+  """[B, 2 REPEAT_LENGTH]: random non-special ids, repeated; the repetition is the target."""
+  words = np.setdiff1d(np.arange(tokenizer.vocab_size), sorted(tokenizer.special_ids))
+  run_BxL = rng.choice(words, (num_rows, REPEAT_LENGTH))
+  ids_BxT = np.concatenate([run_BxL, run_BxL], axis=1).astype(np.int32)
+  targets_BxT = np.zeros(ids_BxT.shape, bool)
+  targets_BxT[:, REPEAT_LENGTH:] = True
+  return {"input_ids": ids_BxT, "attention_mask": np.ones(ids_BxT.shape, bool),
+          "action_mask": targets_BxT}
+
+
+def name_turn(dialogue: dialogue_lib.Dialogue) -> str | None:
+  """The first customer turn that states the customer's intent name, if any."""
+  name = dialogue.context["customer"]["name"].lower()
+  return next((t.text for t in dialogue.turns
+               if t.speaker == "customer" and name in t.text.lower()), None)
+
+
+def names_row(samples: Sequence[schema.Sample], tokenizer: DialogueTokenizer
+              ) -> dict[str, np.ndarray]:
+  """One "names" row: each sample's name turn, then its closing block (expected status and
+  flight, the intent's name); only the tokens after `name=` are targets."""
+  customer, agent = (tokenizer.speaker_token_ids[r] for r in ("customer", "agent"))
+  ids: list[int] = []
+  targets: list[bool] = []
+  for i, sample in enumerate(samples):
+    turn = name_turn(to_dialogue.sample_to_dialogue(sample, f"names:{i}"))
+    if turn is None:  # The customer never said it (e.g. an agent that gave up first).
+      continue
+    expected = sample.expected_action
+    block = action_grammar.format_action(
+        schema.Action(expected.status, sample.intent.name, tuple(expected.flights[:1])))
+    # Split at a word boundary, so the two encodings are the block's own tokens.
+    head, _, tail = block.partition("name= ")
+    context = ([customer, *tokenizer.encode(turn), tokenizer.eot_id, agent,
+                *tokenizer.encode(head + "name=")])
+    answer = tokenizer.encode(tail)
+    ids += [*context, *answer, tokenizer.eot_id]
+    targets += [False] * len(context) + [True] * len(answer) + [False]
+  return {"input_ids": np.asarray(ids, np.int32), "action_mask": np.asarray(targets, bool)}
+
+
+def make_batch(kind: str, num_rows: int, entropy: Sequence[int], tokenizer: DialogueTokenizer,
+               max_length: int, kb_size: int) -> dict[str, np.ndarray]:
+  """`num_rows` fresh rows of one kind, a pure function of `entropy`."""
+  if kind == "repeat":
+    return repeat_rows(num_rows, np.random.default_rng([*entropy, 2]), tokenizer)
+  if kind == "names":
+    samples = list(selfplay.generate_samples([*entropy, 3], num_rows * NAMES_PER_ROW, kb_size))
+    return collate([names_row(samples[i:i + NAMES_PER_ROW], tokenizer)
+                    for i in range(0, len(samples), NAMES_PER_ROW)])
+  samples = selfplay.generate_samples([*entropy, 0], num_rows, kb_size)
+  scene_rng = np.random.default_rng([*entropy, 1])
+  rows = []
+  for i, sample in enumerate(samples):
+    dialogue_id = f"stream:{'.'.join(map(str, entropy))}:{i}"
+    dialogue = (scene(sample, scene_rng, dialogue_id) if kind == "scene" else
+                to_dialogue.sample_to_dialogue(sample, dialogue_id))
+    rows.append(_row(dialogue, kind, tokenizer, max_length))
+  return collate(rows)
+
+
+def train_stream(task_config: ml_collections.ConfigDict, tokenizer: DialogueTokenizer):
+  """config -> the loop's TrainData (train_loop.TrainData) for this task."""
+  kinds = parse_mixture(task_config.mixture)
+
+  def for_config(config: ml_collections.ConfigDict):
+    rows = config.train.batch_size // jax.process_count()
+
+    def from_step(start: int) -> Iterator[dict[str, np.ndarray]]:
+      for step in itertools.count(start):
+        yield make_batch(kinds[step % len(kinds)], rows,
+                         (STREAM_TAG, config.seed, step, jax.process_index()), tokenizer,
+                         task_config.max_length, task_config.kb_size)
+
+    return from_step
+
+  return for_config
+
+
+def make_task(task_config: ml_collections.ConfigDict) -> tasks.Task:
+  """The agent's prefix task (its held-out split gives the logged loss), streaming its training
+  rows instead of reading the corpus."""
+  parse_mixture(task_config.mixture)
+  agent_config = ml_collections.ConfigDict({**task_config.to_dict(), "role": "agent"})
+  agent = airdialogue.make_task(agent_config)
+  return tasks.Task(
+      name=agent.name, role="lm", context="prefix", tokenizer=agent.tokenizer,
+      datasets=agent.datasets, dialogue_paths=agent.dialogue_paths,
+      serialize_context=agent.serialize_context, include_context=False, prefix=agent.prefix,
+      train_stream=train_stream(task_config, agent.tokenizer))

@@ -1,0 +1,1 @@
+"""Worked examples of tasks that plug into the framework without editing it."""

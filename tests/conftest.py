@@ -1,0 +1,71 @@
+"""Shared by every test file: where the Persuasion for Good corpus is, and JAX's compile cache.
+
+The corpus is not part of the repository. Tests that read it take the `p4g_data_dir` fixture,
+which is $P4G_DATA_DIR and skips the test, saying what to set, when that names no corpus. A
+checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the repository (as
+.ci/run does) needs no setting: with P4G_DATA_DIR unset, the tests use that folder if it exists.
+
+Compiling dominates the suite on CPU, and many files compile the very same programs (the tiny
+models' train steps, decoders, losses). The session therefore shares one persistent JAX
+compilation cache, every compile cached however short: a folder made for the session (the
+pytest-xdist workers and the subprocesses tests start inherit it through the environment, as
+JAX_COMPILATION_CACHE_DIR) and removed at its end. A run that sets JAX_COMPILATION_CACHE_DIR
+itself keeps that folder (a warm cache across runs); JAX_ENABLE_COMPILATION_CACHE=false turns
+the cache off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE_DIR = tempfile.mkdtemp(prefix="jax_test_cache_")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE_DIR
+  atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)  # Only the process that made it.
+  # Cache every program, however fast it compiled; a size bound turns on the cache's file lock,
+  # which the workers writing one folder at once need.
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+if "jax" in sys.modules:  # Imported before this file (by a plugin): it read its flags already.
+  import jax
+  for _flag, _type in (("compilation_cache_dir", str),
+                       ("persistent_cache_min_compile_time_secs", float),
+                       ("persistent_cache_min_entry_size_bytes", int),
+                       ("compilation_cache_max_size", int)):
+    if f"JAX_{_flag.upper()}" in os.environ:
+      jax.config.update(f"jax_{_flag}", _type(os.environ[f"JAX_{_flag.upper()}"]))
+_SIBLING_P4G = os.path.join(os.path.dirname(_REPO), "shared", "data", "persuasionforgood")
+
+if not os.environ.get("P4G_DATA_DIR") and os.path.isdir(_SIBLING_P4G):
+  os.environ["P4G_DATA_DIR"] = _SIBLING_P4G  # Also seen by the mains tests run as subprocesses.
+
+
+def p4g_missing_reason() -> str | None:
+  """Why the corpus cannot be read (the loader's own one-line advice), or None when it can."""
+  from data_pipelines.persuasion import loader
+  try:
+    data_dir = loader.resolve_data_dir()
+    for name in (loader.FULL_DIALOG, loader.FULL_INFO, loader.ANNOTATED_DIALOG):
+      if not os.path.isfile(os.path.join(data_dir, name)):
+        return f"{os.path.join(data_dir, name)}: no such file; {loader.CORPUS_ADVICE}"
+  except loader.MissingCorpusError as e:
+    return str(e)
+  return None
+
+
+@pytest.fixture(scope="session")
+def p4g_data_dir() -> str:
+  """The Persuasion for Good folder ($P4G_DATA_DIR); skips the test when there is none."""
+  reason = p4g_missing_reason()
+  if reason is not None:
+    pytest.skip(f"needs the Persuasion for Good corpus: {reason}")
+  return os.environ["P4G_DATA_DIR"]

@@ -1,0 +1,2 @@
+"""The mains' library: training launch, evaluation, comparison, reports, the quickstart
+pipeline."""
