@@ -41,10 +41,10 @@ from data_pipelines import tokenization
 from data_pipelines.airdialogue import action_grammar, agents, customers, selfplay, to_dialogue
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue import task as airdialogue_task
-from ilql_dialogue import bc, environment
 from domains.airdialogue.parties import ScriptedCustomer
-from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue import bc, environment
 from ilql_dialogue.generation import sampler
+from ilql_dialogue.lm_party import LMParty
 from ilql_dialogue.models.config import ModelConfig
 
 flags.DEFINE_integer("batch", 16, "Dialogues per batch.")

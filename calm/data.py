@@ -51,12 +51,12 @@ from absl import flags
 
 from calm import actions, model as calm_model, relabel as relabel_lib, state
 from data_pipelines import dialogue as dialogue_lib
+from data_pipelines import cli
 from data_pipelines.airdialogue import action_grammar, schema, to_dialogue
 from data_pipelines.tokenization import load_tokenizer
-from data_pipelines import cli
-from ilql_dialogue import tasks
-from domains.airdialogue.parties import intent_from_json
 from domains.airdialogue import task as airdialogue
+from domains.airdialogue.parties import intent_from_json
+from ilql_dialogue import tasks
 
 SPLITS = tasks.SPLITS
 CONTEXT = "prefix"

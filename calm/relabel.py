@@ -50,11 +50,11 @@ from absl import flags
 
 from calm import intent_table
 from calm import table_edits
+from data_pipelines import cli
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import solver
-from data_pipelines import cli
 
 RELABEL_KEY = "relabel"  # data.json key of each line's outcome and edited flights.
 RELABELED = "relabeled"

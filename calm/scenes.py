@@ -1,6 +1,6 @@
 """CALM's task pretraining inside its own run: generator scenes with the action head's targets.
 
-A scene (tasks/airdialogue_lm.scene) is the table prefix, one customer turn
+A scene (domains/airdialogue/lm_task.scene) is the table prefix, one customer turn
 that states the whole intent (the volunteer's opening) and the agent's
 closing block holding the expected action: the decision the agent has to
 make, without the dialogue around it. The dialogue LM's stream already

@@ -12,7 +12,7 @@ RL needs:
   rollouts       G dialogues per scenario; the trained role's tokens as arrays
   experience     the loop's TrainData, sampled from the model being trained
   rollout_store  the latest rollout batches on disk, for exact resume
-  launch         config.rl -> environment, opponents, learner (experiments/train_lib.py)
+  launch         config.rl -> environment, opponents, learner (workflows/train.py)
   cotrain        Co-Training: the simulator trained too, on its own turns, with its own reward
   population     Population Co-Training's FIFO pool of saved simulators, one drawn per batch
   reprefill, benchmark   re-prefilling every turn, and the throughput comparison

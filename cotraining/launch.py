@@ -1,4 +1,4 @@
-"""config.rl -> the experience source of a task run (experiments/train_lib.py calls this).
+"""config.rl -> the experience source of a task run (workflows/train.py calls this).
 
 A config with `task` and `rl` sections trains the task's role online: the
 task gives the tokenizer and the layout the role was trained with (its
@@ -7,9 +7,11 @@ and `rl.opponent` is a party spec (make_party) for every other
 role: a scripted style, a training workdir, or a user's class.
 
 config.rl fields, beyond those experience.RolloutSource reads:
+  env: a registered task (or module:attr) whose environment is played
+    (registry.TaskSpec.make_env reads the rest of config.rl), e.g.
   env: "airdialogue"; reward: "success" | "soft" (AirDialogueEnv);
   env: "persuasion" (domains/persuasion/environment.py): split "train" | "eval" of the real
-    dialogues the personas come from, data_dir ("" = ../shared), no_donation_reward;
+    dialogues the personas come from, data_dir ("" = $P4G_DATA_DIR), no_donation_reward;
   opponent: party spec; opponent_temperature: a learned opponent's sampling;
   panel: optional simulator panel (cotraining/panels.py, experiments/configs/panel_*.py);
     training against one of its held-out simulators is refused at start-up;

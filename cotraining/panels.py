@@ -2,8 +2,8 @@
 
 A policy that is trained and evaluated against the same simulator measures
 how well it exploits that simulator, not how well it talks to users
-(simulator collapse: docs/METHODS.md, Online RL and Co-Training). A panel config file (experiments/configs/panel_*.py)
-splits a task's simulators into `training` and `held_out`; the launcher
+(simulator collapse: docs/METHODS.md, Online RL and Co-Training). A panel
+config file (experiments/configs/panel_*.py) splits a task's simulators into `training` and `held_out`; the launcher
 refuses, at start-up, to train against any held-out simulator
 (`refuse_held_out`, from `config.rl.panel`).
 
@@ -13,10 +13,10 @@ a string or a mapping {spec, temperature}. Held-out specs may be shell
 patterns (`scripted:*`: every scripted customer style).
 
 Two specs are the same simulator when they have the same source
-(`source`): wrappers that change how a simulator is sampled (`vs:`) keep
+(`source`): wrappers that change how a simulator is sampled (`pick:`) keep
 its source, a scripted style is one simulator whatever its phrasing family,
 a checkpoint is its resolved directory, and an LLM behind an endpoint is
-(base_url, model). So `vs:k=5:runs/panel/c3` is refused when `runs/panel/c3`
+(base_url, model). So `pick:k=5:runs/panel/c3` is refused when `runs/panel/c3`
 is held out, and `scripted:terse/train` when `scripted:terse` is.
 """
 

@@ -23,8 +23,8 @@ import datasets
 from absl import flags, logging
 
 from data_pipelines import mdp, mdp_dataset
-from data_pipelines.tokenization import load_tokenizer, train_tokenizer
 from data_pipelines import cli
+from data_pipelines.tokenization import load_tokenizer, train_tokenizer
 
 _DIALOGUES = flags.DEFINE_string("dialogues", None, "Dialogue JSON-lines file.", required=True)
 _TOKENIZER = flags.DEFINE_string(

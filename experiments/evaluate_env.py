@@ -27,7 +27,7 @@ from workflows import config_checks, evaluate
 _ENV = flags.DEFINE_string("env", "persuasion", "A registered task (or module:attr naming a "
                            "TaskSpec) whose environment is played.")
 _SPLIT = flags.DEFINE_enum("split", "eval", ["train", "eval"], "Scenario split.")
-_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = the shared default.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = $P4G_DATA_DIR.")
 _ROLE = flags.DEFINE_string("role", None, "The role --party plays.", required=True)
 _PARTY = flags.DEFINE_string("party", None, "Party spec playing --role.", required=True)
 _OPPONENT = flags.DEFINE_string("opponent", None, "Party spec playing the other roles.",

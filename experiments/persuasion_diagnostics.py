@@ -17,7 +17,7 @@ _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where report.md and repor
 _POLICIES = flags.DEFINE_string("policies", "", "NAME=GLOB[+GLOB],...: transcripts by persuader.")
 _SIMULATORS = flags.DEFINE_string("simulators", "", "NAME=GLOB[+GLOB],...: transcripts by "
                                   "persuadee.")
-_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = the shared default.")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = $P4G_DATA_DIR.")
 _SEED = flags.DEFINE_integer("seed", 1000, "The transcripts' scenario seed; also the sampling "
                              "and k-means seed.")
 _PER_SIMULATOR = flags.DEFINE_integer("per_simulator", 400, "Utterances embedded per simulator "

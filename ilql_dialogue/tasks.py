@@ -77,7 +77,7 @@ class Task:
   prefix: TablePrefix | None = None
   final_turn_metrics: FinalTurnMetricsFn | None = None
   # config -> the loop's TrainData, for a task that streams its training rows instead of
-  # reading datasets["train"] (e.g. tasks/airdialogue_lm.py).
+  # reading datasets["train"] (e.g. domains/airdialogue/lm_task.py).
   train_stream: Callable[[ml_collections.ConfigDict], Any] | None = None
 
 

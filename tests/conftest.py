@@ -25,6 +25,10 @@ import tempfile
 import pytest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SIBLING_P4G = os.path.join(os.path.dirname(_REPO), "shared", "data", "persuasionforgood")
+
+if not os.environ.get("P4G_DATA_DIR") and os.path.isdir(_SIBLING_P4G):
+  os.environ["P4G_DATA_DIR"] = _SIBLING_P4G  # Also seen by the mains tests run as subprocesses.
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE_DIR = tempfile.mkdtemp(prefix="jax_test_cache_")
@@ -43,10 +47,6 @@ if "jax" in sys.modules:  # Imported before this file (by a plugin): it read its
                        ("compilation_cache_max_size", int)):
     if f"JAX_{_flag.upper()}" in os.environ:
       jax.config.update(f"jax_{_flag}", _type(os.environ[f"JAX_{_flag.upper()}"]))
-_SIBLING_P4G = os.path.join(os.path.dirname(_REPO), "shared", "data", "persuasionforgood")
-
-if not os.environ.get("P4G_DATA_DIR") and os.path.isdir(_SIBLING_P4G):
-  os.environ["P4G_DATA_DIR"] = _SIBLING_P4G  # Also seen by the mains tests run as subprocesses.
 
 
 def p4g_missing_reason() -> str | None:

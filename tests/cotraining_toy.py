@@ -15,9 +15,9 @@ import numpy as np
 from flax import nnx
 
 from data_pipelines import tokenization
-from workflows.base_config import base_config
 from ilql_dialogue import bc, environment
 from ilql_dialogue.lm_party import LMParty, forbidden_token_ids
+from workflows.base_config import base_config
 
 ROLES = ("user", "bot")
 WORDS = ("yes", "no", "maybe", "later")

@@ -37,10 +37,10 @@ import cotraining_toy  # noqa: E402  (tests/, this script's folder)
 from cotraining import experience  # noqa: E402
 from data_pipelines import tokenization  # noqa: E402
 from data_pipelines.mdp_dataset import load_mdp_dataset  # noqa: E402
-from workflows import evaluate as evaluate_lib, train as train_lib  # noqa: E402
 from experiments.configs import bc_tiny, ilql_airdialogue_quick  # noqa: E402
 from ilql_dialogue import checkpointing, multihost, registry, sharding, train_loop  # noqa: E402
 from ilql_dialogue import metrics as metrics_lib  # noqa: E402
+from workflows import evaluate as evaluate_lib, train as train_lib  # noqa: E402
 
 SIGNAL_NOTICE_S = 2.0
 

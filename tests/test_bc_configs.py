@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from workflows import offline_eval, quickstart as pipeline_lib
-from workflows import train as launcher
 from experiments.configs import quickstart
 from ilql_dialogue import bc, init_from, metrics, policy_io, registry, sharding, tasks, train_loop
 from ilql_dialogue import restore
 from ilql_dialogue.models import hf_io
+from workflows import offline_eval, quickstart as pipeline_lib
+from workflows import train as launcher
 
 CONFIGS = ("bc_airdialogue", "bc_airdialogue_customer", "bc_persuasion", "bc_persuasion_persuadee")
 ROLES = {"bc_airdialogue": ("airdialogue", "agent"),
@@ -146,7 +146,7 @@ def test_bc_starts_from_a_hugging_face_checkpoint(data, tmp_path):
 
   mesh = sharding.make_mesh()
   with sharding.mesh_context(mesh):
-    training = train_loop.build_training(config, registry.ALGORITHMS["bc"](config), mesh)
+    training = train_loop.build_training(config, registry.make_algorithm(config), mesh)
     model = nnx.merge(training.graphdef, init_from.into_state(
         training.init(), training.graphdef, hf_dir)).model
   _, reference = hf_io.load_hf(hf_dir)
@@ -163,8 +163,8 @@ def test_value_calibration_reads_v_before_the_first_action(data, tmp_path):
   """ILQL on tiny P4G data, then value_calibration: one row per held-out dialogue, V taken
   at the state before the persuader's first token, bins covering every dialogue."""
   import jax.numpy as jnp
-  from workflows import value_calibration
   from ilql_dialogue import ilql
+  from workflows import value_calibration
 
   config = tiny(load("ilql_persuasion_quick"), data)
   workdir = str(tmp_path / "run")

@@ -16,12 +16,12 @@ import pytest
 
 from calm import data, model as calm_model, planning, state
 from data_pipelines import dialogue as dialogue_lib
+from domains.airdialogue import environment as airdialogue_env
+from domains.airdialogue.parties import AGENT, CUSTOMER, intent_from_json
+from experiments.configs import quickstart
+from ilql_dialogue.parties import make_party
 from workflows import config_checks
 from workflows import quickstart as pipeline_lib, state_probe, train as train_lib
-from experiments.configs import quickstart
-from domains.airdialogue.parties import AGENT, CUSTOMER, intent_from_json
-from ilql_dialogue.parties import make_party
-from domains.airdialogue import environment as airdialogue_env
 
 CONFIGS = ("calm_airdialogue", "calm_airdialogue_quick", "calm_airdialogue_accel")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

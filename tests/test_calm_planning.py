@@ -14,16 +14,16 @@ import test_calm_model as toy
 from calm import actions, model as calm_model, planning
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.tokenization import load_tokenizer
-from workflows import quickstart as pipeline_lib
-from experiments.configs import quickstart
-from domains.airdialogue.parties import AGENT, CUSTOMER
-from ilql_dialogue import party_spec
-from ilql_dialogue.lm_party import LMParty
-from ilql_dialogue.parties import make_party
 from domains.airdialogue import environment as airdialogue_env
-from ilql_dialogue.generation import sampler
-from ilql_dialogue.models.kv_cache import init_cache
 from domains.airdialogue import task as airdialogue
+from domains.airdialogue.parties import AGENT, CUSTOMER
+from experiments.configs import quickstart
+from ilql_dialogue import party_spec
+from ilql_dialogue.generation import sampler
+from ilql_dialogue.lm_party import LMParty
+from ilql_dialogue.models.kv_cache import init_cache
+from ilql_dialogue.parties import make_party
+from workflows import quickstart as pipeline_lib
 
 
 def test_reward_token_score_ranks_the_successful_continuation_first():

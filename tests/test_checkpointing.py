@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from workflows.base_config import base_config
 from ilql_dialogue import checkpointing, metrics, sharding, train_loop
+from workflows.base_config import base_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

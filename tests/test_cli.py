@@ -184,12 +184,12 @@ def test_algorithm_fields_it_would_ignore_are_refused(name):
 
 @pytest.mark.parametrize("spec,message", [
     ("calm:n=2:/no/such/run", "no such directory"),
-    ("calm:bogus=1:/no/such/run", "unknown CALM option"),
+    ("calm:bogus=1:/no/such/run", "unknown calm option"),
     ("pick:k=3:/no/such/run", "no such directory"),
     ("vs_llm:k=5,model=m", "base_url"),
 ])
 def test_wrapped_party_specs_are_checked_down_to_their_workdir(spec, message):
-  """`calm:` and `vs:` wrap a workdir: their options and the workdir are checked at start-up;
+  """`calm:` and `pick:` wrap a workdir: their options and the workdir are checked at start-up;
   an LLM endpoint's options are."""
   with pytest.raises(cli.BadInput, match=message):
     config_checks.check_party(spec, "agent" if spec.startswith("calm") else "customer", "--party")
@@ -203,7 +203,7 @@ def test_an_endpoint_party_passes_the_start_up_check():
 def test_named_seeds_keep_a_wrappers_option_commas():
   """A list flag splits "calm_full=calm:n=4,m=2:A+calm:n=4,m=2:B" at every comma; the names
   and the wrappers' options come back whole."""
-  items = "calm_full=calm:n=4,m=2,score=head:runs/a+calm:n=4,m=2:runs/b,bc=runs/c,vs=vs:k=3:d"
+  items = "calm_full=calm:n=4,m=2,score=head:runs/a+calm:n=4,m=2:runs/b,bc=runs/c,vs=pick:k=3:d"
   assert config_checks.named_seeds(items.split(","), "--agents") == {
       "calm_full": ["calm:n=4,m=2,score=head:runs/a", "calm:n=4,m=2:runs/b"],
       "bc": ["runs/c"], "vs": ["pick:k=3:d"]}

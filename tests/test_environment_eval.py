@@ -4,8 +4,8 @@ scenarios, the same at every step for the same model."""
 import numpy as np
 
 import cotraining_toy as toy
-from workflows import evaluate as evaluate_lib
 from ilql_dialogue import environment
+from workflows import evaluate as evaluate_lib
 
 
 def test_environment_eval_returns_the_mean_reward_of_fixed_scenarios():

@@ -15,9 +15,9 @@ from flax import nnx
 from data_pipelines import mdp, mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
-from workflows import evaluate as evaluate_lib
-from ilql_dialogue import bc, checkpointing, policy_io, sharding, train_loop
 from domains.airdialogue import environment as airdialogue_env
+from ilql_dialogue import bc, checkpointing, policy_io, sharding, train_loop
+from workflows import evaluate as evaluate_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -158,11 +158,11 @@ def test_a_party_spec_names_a_checkpoint_by_step(tmp_path):
   """`WORKDIR@STEP` plays the checkpoint saved at STEP (a simulator along its training); a step
   that was not saved fails the start-up check, naming the saved ones."""
   from data_pipelines import cli
-  from workflows import config_checks
+  from domains.airdialogue.parties import CUSTOMER
   from experiments.configs import bc_airdialogue_customer
   from ilql_dialogue import tasks
-  from domains.airdialogue.parties import CUSTOMER
   from ilql_dialogue.parties import make_party
+  from workflows import config_checks
 
   root = str(tmp_path / "pipeline")
   _corpus(root)

@@ -10,7 +10,6 @@ import re
 import subprocess
 
 import ml_collections
-import pytest
 
 from examples.guess_city import corpus, world
 from examples.guess_city.configs import bc_asker

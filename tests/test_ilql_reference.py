@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from workflows import evaluate as evaluate_lib
 from experiments.configs import ilql_airdialogue_quick
 from ilql_dialogue import ilql
+from workflows import evaluate as evaluate_lib
 from tests.test_ilql_losses import _tiny_model_config, five_token_batch
 
 

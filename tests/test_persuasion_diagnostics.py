@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from data_pipelines.dialogue import Turn
 from data_pipelines import cli
+from data_pipelines.dialogue import Turn
 from workflows import persuasion_diagnostics as pd
 
 

@@ -11,12 +11,12 @@ import pytest
 from cotraining import launch
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl, write_jsonl
 from data_pipelines.persuasion import loader
-from experiments.configs import grpo_persuasion_quick
-from workflows import train as launcher
-from ilql_dialogue import environment, metrics
 from domains.persuasion import environment as persuasion_env
-from domains.persuasion.environment import PERSUADEE, PERSUADER
 from domains.persuasion import task as persuasion_task
+from domains.persuasion.environment import PERSUADEE, PERSUADER
+from experiments.configs import grpo_persuasion_quick
+from ilql_dialogue import environment, metrics
+from workflows import train as launcher
 from test_tasks import write_tiny_p4g
 
 

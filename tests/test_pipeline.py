@@ -8,8 +8,8 @@ import os
 import ml_collections
 import pytest
 
-from workflows import quickstart as pipeline_lib
 from experiments.configs import quickstart
+from workflows import quickstart as pipeline_lib
 
 
 def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):

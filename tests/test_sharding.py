@@ -60,8 +60,8 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent("""
     from flax import nnx
     from jax.sharding import PartitionSpec as P
     from experiments.configs import bc_tiny
-    from workflows import train as launcher
     from ilql_dialogue import bc, sharding, train_loop
+    from workflows import train as launcher
 
     assert jax.device_count() == 8, jax.devices()
     config = bc_tiny.get_config()

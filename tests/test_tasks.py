@@ -15,13 +15,13 @@ from data_pipelines import tokenization
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Dialogue, Turn, read_jsonl
 from data_pipelines.persuasion import loader
-from workflows import offline_eval, quickstart as pipeline_lib
-from workflows import train as launcher
+from domains.airdialogue import task as airdialogue
+from domains.persuasion import task as persuasion
 from experiments.configs import bc_airdialogue_quick, quickstart
 from ilql_dialogue import bc, metrics, tasks, text_metrics
 from ilql_dialogue.models.config import ModelConfig
-from domains.airdialogue import task as airdialogue
-from domains.persuasion import task as persuasion
+from workflows import offline_eval, quickstart as pipeline_lib
+from workflows import train as launcher
 
 F = airdialogue.FIELD
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from workflows import train as launcher
 from experiments.configs import bc_tiny
-from workflows.base_config import base_config
 from ilql_dialogue import bc, metrics, optim, sharding, train_loop
+from workflows import train as launcher
+from workflows.base_config import base_config
 
 VOCAB = 16
 

@@ -14,10 +14,10 @@ import pytest
 
 from cotraining import vs_llm
 from data_pipelines.dialogue import Turn
-from workflows import serve
 from ilql_dialogue import parties, party_spec
-from ilql_dialogue.parties import make_party
 from ilql_dialogue.models import gguf_io
+from ilql_dialogue.parties import make_party
+from workflows import serve
 
 K = 5
 

@@ -14,10 +14,10 @@ from typing import Sequence
 
 import ml_collections
 
+from data_pipelines import mdp_dataset
 from data_pipelines.cli import (BadInput, check_known_fields, existing_dir, existing_file,
                                 mdp_dataset_role, reported_as, same_tokenizer)
-from data_pipelines import mdp_dataset
-from ilql_dialogue import bc, init_from, parties, registry, restore
+from ilql_dialogue import bc, init_from, parties, party_spec, registry, restore
 from ilql_dialogue.checkpointing import BEST_DIR, CHECKPOINT_DIR
 from ilql_dialogue.models.config import ModelConfig
 from workflows.base_config import base_config
@@ -109,8 +109,13 @@ def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | 
   """A party spec (ilql_dialogue/party_spec.py) that can play `role`, checked without
   loading weights; returns the config of the training workdir it plays through, if any."""
   with reported_as(what):
-    parsed = parties.check(spec, role)
+    parsed = party_spec.parse(spec)
   checkpoint = parsed.checkpoint
+  if checkpoint is not None and not os.path.isdir(checkpoint.target):
+    raise BadInput(f"{what}={spec}: no such directory {checkpoint.target} (a party is "
+                   f"{party_spec.usage()})")
+  with reported_as(what):
+    parties.check(parsed, role)
   if checkpoint is None:
     return None
   config = training_workdir(checkpoint.target, what, checkpoint.step)
@@ -124,7 +129,7 @@ def check_party(spec: str, role: str, what: str) -> ml_collections.ConfigDict | 
 
 
 def validate_train_config(config: ml_collections.ConfigDict, where: str = "config") -> None:
-  """Everything a training run reads from `config` (experiments/train_lib.run), checked
+  """Everything a training run reads from `config` (workflows/train.run), checked
   before anything is built: its fields, then the paths it names."""
   check_train_fields(config, where)
   check_train_paths(config, where)
@@ -144,9 +149,9 @@ def check_train_fields(config: ml_collections.ConfigDict, where: str = "config")
   model_fields = {f.name for f in dataclasses.fields(ModelConfig)} | set(bc.NOT_ARCHITECTURE)
   check_known_fields(config.model, model_fields, f"{where}.model")
   name = config.algorithm.get("name")
-  if name not in registry.ALGORITHMS:
+  if name not in registry.algorithm_names():
     raise BadInput(f"{where}.algorithm.name={name!r}: unknown algorithm; known: "
-                   f"{sorted(registry.ALGORITHMS)}")
+                   f"{registry.algorithm_names()}")
   probe = copy.deepcopy(config)
   with probe.unlocked():
     probe.model.vocab_size = max(probe.model.get("vocab_size", 1), 1)  # 0 = from the data.

@@ -23,11 +23,11 @@ from flax import nnx
 from data_pipelines import mdp
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer
-from ilql_dialogue import value_guidance
+from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue.parties import AGENT, CUSTOMER
+from ilql_dialogue import value_guidance
 from ilql_dialogue.lm_party import LMParty
 from ilql_dialogue.parties import make_party
-from domains.airdialogue import environment as airdialogue_env
 from ilql_dialogue.value_heads import ILQLModel
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]+")

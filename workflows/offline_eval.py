@@ -46,8 +46,8 @@ from data_pipelines.airdialogue import action_grammar
 from data_pipelines.dialogue import Dialogue, read_jsonl
 from ilql_dialogue import bc, policy_io, sharding, tasks, text_metrics, value_guidance
 from ilql_dialogue import restore
-from ilql_dialogue.value_heads import ILQLModel
 from ilql_dialogue.generation import sampler
+from ilql_dialogue.value_heads import ILQLModel
 
 NUM_SAMPLES = 5  # Decoded turns written next to the metrics, for a human to read.
 

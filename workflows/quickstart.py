@@ -284,7 +284,7 @@ def run_name(spec: str) -> str:
   return init_from.split_step(spec)[0]
 
 
-def label(config: ml_collections.ConfigDict, spec: str) -> str:
+def party_label(config: ml_collections.ConfigDict, spec: str) -> str:
   """What tables call a party: its run's `label` (what the run is, where its name says less),
   else the spec itself; NAME@STEP keeps its step."""
   name, step = init_from.split_step(spec)
@@ -370,7 +370,8 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
   with open(summary_path) as f:
     summary = json.load(f)
   row = {"agent": agent, "customer": customer, "beta": beta,
-         "agent_label": label(config, agent), "customer_label": label(config, customer),
+         "agent_label": party_label(config, agent),
+         "customer_label": party_label(config, customer),
          **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
                                     "end_reasons")},
          **{k: summary.get(k) for k in ("booking_success", "booking_n")}}
@@ -400,13 +401,13 @@ def compare_arms(config: ml_collections.ConfigDict, workdir: str) -> dict[str, A
              for customer in customers}
     held_out = compare.pooled([cells[customer] for customer in c.held_out])
     rows[agent] = {
-        "label": label(config, agent),
+        "label": party_label(config, agent),
         "success": {customer: (r["success_rate"], r["success_stderr"])
                     for customer, r in cells.items()},
         "held_out_mean": held_out["success_rate"],
         "held_out_stderr": held_out["success_stderr"]}
   return {"training_simulator": c.training_simulator, "held_out": list(c.held_out),
-          "labels": {spec: label(config, spec) for spec in customers}, "rows": rows}
+          "labels": {spec: party_label(config, spec) for spec in customers}, "rows": rows}
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -417,7 +418,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   tokenizer_dir = os.path.join(workdir, "tokenizer")
   train_tokenizer(config, dialogue_paths["train"], tokenizer_dir)
   report: dict[str, Any] = {"workdir": workdir,
-                            "labels": {name: label(config, name) for name in config.runs}}
+                            "labels": {name: party_label(config, name) for name in config.runs}}
   for split in SPLITS:
     with open(os.path.join(workdir, "airdialogue", split, "stats.json")) as f:
       corpus = json.load(f)
@@ -462,7 +463,7 @@ def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
     for arm in arms:
       points = [(r["step"], r["reward"]) for r in metrics_lib.read_metrics(
           os.path.join(workdir, arm, "metrics.jsonl")) if r["split"] == "train"]
-      ax.plot(*zip(*points), marker=".", label=label(config, arm))
+      ax.plot(*zip(*points), marker=".", label=party_label(config, arm))
     ax.set(title="collapse arms", xlabel="updates", ylabel="training reward (success)")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)
@@ -474,7 +475,7 @@ def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
       points = [(r["step"], r[key]) for r in records if key in r]
       if points:
         ax.plot(*zip(*points), marker="o", label=label)
-    ax.set_title(label(config, name))
+    ax.set_title(party_label(config, name))
     ax.set_xlabel("updates")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7)

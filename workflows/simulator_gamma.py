@@ -26,12 +26,12 @@ import tempfile
 
 from cotraining import cotrain, sharpness
 from data_pipelines import cli
+from domains.airdialogue import environment as airdialogue_env
+from domains.airdialogue.parties import CUSTOMER
+from domains.persuasion import environment as persuasion_env
 from ilql_dialogue import init_from, policy_io
 from ilql_dialogue import restore
-from domains.airdialogue.parties import CUSTOMER
 from ilql_dialogue.parties import make_party
-from domains.airdialogue import environment as airdialogue_env
-from domains.persuasion import environment as persuasion_env
 
 # --env -> (the environment whose scenarios the transcripts name, the simulator's role).
 ENVS = {"airdialogue": (lambda: airdialogue_env.AirDialogueEnv(kb_size=30), CUSTOMER),

@@ -28,9 +28,9 @@ from typing import Any, Iterable, Mapping
 from absl import flags
 import pyarrow as pa
 
+from data_pipelines import cli
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
-from data_pipelines import cli
 
 _DATA = flags.DEFINE_string("data", None, "Official data.json.")
 _KB = flags.DEFINE_string("kb", None, "Line-aligned official kb.json.")

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from data_pipelines.airdialogue import agents, customers, selfplay
 from data_pipelines import cli
+from data_pipelines.airdialogue import agents, customers, selfplay
 
 _OUT_DIR = flags.DEFINE_string(
     "out_dir", None, "Directory for data.json, kb.json and stats.json.", required=True)

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 from absl import flags
 
+from data_pipelines import cli
 from data_pipelines.airdialogue import agent_families
 from data_pipelines.airdialogue import agents
 from data_pipelines.airdialogue import context
@@ -42,7 +43,6 @@ from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import selfplay
 from data_pipelines.airdialogue import slot_parser
 from data_pipelines.airdialogue import solver
-from data_pipelines import cli
 
 SEED = 1000
 _SLOT_OF_FIELD = {

@@ -15,11 +15,11 @@ from typing import Iterator
 
 from absl import flags
 
+from data_pipelines import cli
 from data_pipelines.airdialogue import official_io
 from data_pipelines.airdialogue import schema
 from data_pipelines.airdialogue import scorer
 from data_pipelines.airdialogue import solver
-from data_pipelines import cli
 
 def action_pairs(
     data_path: str, kb_path: str | None = None) -> Iterator[tuple[schema.Action, schema.Action]]:

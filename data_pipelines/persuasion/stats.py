@@ -18,8 +18,8 @@ from absl import flags
 import numpy as np
 
 from data_pipelines import dialogue as dialogue_lib
-from data_pipelines.persuasion import loader
 from data_pipelines import cli
+from data_pipelines.persuasion import loader
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Persuasion for Good folder; default $P4G_DATA_DIR")

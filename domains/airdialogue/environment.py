@@ -23,7 +23,7 @@ reward (exact success, or the soft score) that online RL (cotraining/) uses.
 Scenarios are held out from training by construction: scenario i of seed s is
 drawn from its own generator `default_rng([s, i])`, while self-play corpora
 (data_pipelines/airdialogue/selfplay.py) draw from `SeedSequence(seed).spawn`
-streams (experiments/pipeline_lib.py: train seed 0, eval seed 1). The default
+streams (workflows/quickstart.py: train seed 0, eval seed 1). The default
 evaluation seed is 1000; the first n scenarios of a seed are the same for any
 n, any batch size and every agent compared.
 """

@@ -156,7 +156,7 @@ TABLE_PREFIX = tasks.TablePrefix(
 
 
 def dialogue_paths(root: str) -> dict[str, str]:
-  """Where the pipeline (experiments/pipeline_lib.py) writes each split's dialogues."""
+  """Where the pipeline (workflows/quickstart.py) writes each split's dialogues."""
   return {split: os.path.join(root, NAME, split, "dialogues.jsonl") for split in tasks.SPLITS}
 
 

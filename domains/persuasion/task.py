@@ -90,7 +90,7 @@ def build_datasets(root: str, roles: Sequence[str] = loader.ROLES, context: str 
   """Everything the P4G tasks read, under `root` (the pipeline's workdir); returns, per role,
   the dataset path of each split.
 
-  `data_dir` defaults to <repo>/../shared/data/persuasionforgood; `tokenizer_dir`
+  `data_dir` defaults to $P4G_DATA_DIR (data_pipelines/persuasion/loader.py); `tokenizer_dir`
   (an HF tokenizer) replaces the corpus's own BPE of `vocab_size` ids.
   """
   if context not in CONTEXTS:
