@@ -11,7 +11,7 @@ with the action head's targets.
 calm.relabel when `relabel` (the held-out split never: its expected actions
 and rewards are the true ones the head's accuracy is measured against),
 writes `{out_root}/airdialogue/{split}/dialogues.jsonl` and the tokenizer, and
-builds the agent task's structured-prefix datasets (tasks/airdialogue.py) in
+builds the agent task's structured-prefix datasets (domains/airdialogue/task.py) in
 `{out_root}/datasets/...` with three more per-dialogue columns:
 
   action_position        index of the first `[action]` marker in the row's tokens
@@ -22,18 +22,14 @@ builds the agent task's structured-prefix datasets (tasks/airdialogue.py) in
                          tracks (calm/state.py TRACKED), so it learns to track
                          the corpus's multi-turn dialogues and not only scenes
 
-The loop's batching passes numeric per-example columns through, so CALM's
-batches carry them while everything else (the agent task, its eval batches,
-policy_io, the online evaluation) reads these datasets as a plain agent task.
-Every dialogue token is kept (both roles): CALM's loss chooses its weights
-from `speaker_ids`, not the agent's `action_mask`.
+Batching passes numeric per-example columns through, so CALM's batches carry
+them while everything else reads these datasets as a plain agent task. Every
+dialogue token is kept (both roles): CALM's loss weights them by `speaker_ids`.
 
-The config names the prepared root through `task.root` (a reference to
-`calm_data.{source_root,relabel,seed}`, see experiments/configs/calm_airdialogue.py,
-equal to `prepared_root`), so `--config.calm_data.relabel=False` trains on
-the data this CLI writes with `--relabel=false`. Preparing is a step of its
-own, run before training: the launcher validates the paths a config names
-before it builds anything.
+The config's `task.root` is a reference to `calm_data.{source_root,relabel,seed}`
+(equal to `prepared_root`), so a training run reads the data this CLI wrote with
+the same overrides. Preparing runs before training: the launcher validates the
+paths a config names before it builds anything.
 """
 
 from __future__ import annotations

@@ -1,45 +1,35 @@
 """CALM as an Algorithm of the one loop: one table-conditioned LM for both roles, a reward
 token and an auxiliary action head.
 
-The model (`CALMModel`) is BC's PrefixLM (the 32-row table prefix before the
-dialogue tokens) plus two small pieces:
+The model (`CALMModel`) is BC's PrefixLM (the 32-row table prefix before the dialogue tokens)
+plus two small pieces:
 
-  reward token  a learned embedding of the dialogue's reward (success 1/0 of
-                its, possibly relabeled, table), added to every prefix row.
-                Added rather than appended as a 33rd row, so the prefix keeps
-                the 32 rows every party, sampler cache and `init_from` source
-                is sized for; the trunk attends to all rows, so one shared
-                offset conditions it as fully as a separate row would. Decoding
-                conditions on reward 1 (`embed_prefix`' default), so a CALM
-                workdir is an agent party like any BC one (policy_io).
-  action head   a head over the 63 final actions (calm/actions.py), read at the
-                `[action]` marker of the agent's closing turn: the state that
-                has just decided to act and has not yet written which action.
-                Read after the block, the head would learn to copy the
-                submitted action, which under relabeling is always the
-                expected one, and could not judge an imagined rollout
-                (calm/planning.py). `head="linear"` (models/heads.Head) maps
-                the state to the 63 logits; `head="state"` (calm/state.py)
-                tracks the customer's intent from it and solves the official
-                rules under what it tracked, so the head cannot get the table
-                search wrong, only what the customer said; `head="pooled"` is
-                the state head whose fields each attend over every state up
-                to the marker (the copy mechanism of dialogue state trackers).
+  reward token  a learned embedding of the dialogue's reward (success 1/0 of its, possibly
+                relabeled, table), added to every prefix row rather than appended as a 33rd,
+                so the prefix keeps the 32 rows every party, cache and `init_from` source is
+                sized for. Decoding conditions on reward 1 (`embed_prefix`' default), so a
+                CALM workdir is an agent party like any BC one (policy_io).
+  action head   a head over the 63 final actions (calm/actions.py), read at the `[action]`
+                marker of the agent's closing turn: the state that has decided to act but not
+                yet written which action. Read after the block, it would learn to copy the
+                submitted action (under relabeling always the expected one) and could not
+                judge an imagined rollout (calm/planning.py). `head="linear"` maps the state
+                to the 63 logits; `head="state"` (calm/state.py) tracks the customer's intent
+                and solves the official rules under it, so it can only get wrong what the
+                customer said; `head="pooled"` is the state head whose fields each attend over
+                every state up to the marker.
 
-The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens: the
-LM is the policy on agent turns and the dynamics model on customer turns.
-Plus `action_head_weight` times the head's cross-entropy against the expected
-action; every flight tied at the lowest price is correct, so the target is
-the set and the loss is -log of the summed probability of its classes. Weight
-0 is the 'CALM without the auxiliary head' ablation: the head is still built
-(one checkpoint layout) and its accuracy still logged, but nothing trains it.
+The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens (the LM is the policy
+on agent turns and the dynamics model on customer turns), plus `action_head_weight` times the
+head's cross-entropy against the expected action: every flight tied at the lowest price is
+correct, so the loss is -log of the summed probability of that set. Weight 0 is the 'CALM
+without the auxiliary head' ablation: the head is still built and logged, nothing trains it.
 
-Batch keys: the agent task's (tasks/airdialogue.py, structured prefix):
-`input_ids`, `attention_mask`, `speaker_ids`, `prefix_fields`, `outcome`
-(the reward), and the columns calm/data.py adds: `action_position` (index of
-the closing turn's `[action]` marker, -1 if the window holds none) and
-`expected_classes_lo` / `_hi` (the expected action's classes as two 32-bit
-sets: class c is bit c of lo for c < 32, bit c - 32 of hi otherwise).
+Batch keys: the agent task's (structured prefix): `input_ids`, `attention_mask`, `speaker_ids`,
+`prefix_fields`, `outcome` (the reward), and the columns calm/data.py adds: `action_position`
+(index of the closing turn's `[action]` marker, -1 if the window holds none) and
+`expected_classes_lo` / `_hi` (the expected classes as two 32-bit sets: class c is bit c of lo
+for c < 32, bit c - 32 of hi otherwise).
 """
 
 from __future__ import annotations

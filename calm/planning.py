@@ -1,80 +1,44 @@
 """CALM planning as a party: N candidate replies, M imagined continuations each, the best one said.
 
-At each agent turn the planner
+At each agent turn the planner samples N candidate utterances (conditioned on reward 1), rolls
+each out M times for up to H utterances (`horizon`), the one model playing both the customer
+(the dynamics model) and the agent until the agent writes its action block, scores every
+continuation, and says the candidate with the best mean score (ties: the first). N = 1 is
+'CALM without planning': the one candidate is said, nothing is imagined.
 
-  1. samples N candidate utterances from the CALM model (conditioned on reward 1),
-  2. for each candidate rolls out M imagined continuations of up to H utterances
-     (`horizon`), the one model playing both sides: the customer (the
-     dynamics model) and the agent (the policy), until the agent writes its
-     action block or the horizon ends,
-  3. scores each continuation by its predicted reward and a candidate by the
-     mean over its M continuations,
-  4. says the best candidate (ties: the first).
+Candidate 0 is the greedy reply (`greedy=1`, the default), the others are sampled at `temp`:
+planning only replaces the plain policy's reply when the model's own rollouts score another one
+higher (sampled candidates alone get the customer's name wrong, docs/RESULTS.md). With
+`margin=D` a sampled candidate must score more than D above the greedy one, so a score blind to
+part of success (the head does not see the name) cannot trade that part away for noise.
 
-Candidate 0 is the model's greedy reply (`greedy=1`, the default), the other
-N - 1 are sampled at `temp`: planning then only replaces the plain policy's
-reply when the model's own rollouts score another one higher, so a planner
-cannot do worse than greedy decoding for want of a good candidate (sampled
-candidates alone get the customer's name wrong, docs/RESULTS.md). With
-`margin=D` a sampled candidate replaces the greedy one only when it scores
-more than D above it: a score blind to part of success (the head does not see
-the name, so a sampled closing that mis-copies it ties the greedy one) then
-cannot trade that part away for noise in the rest.
+Action (`act`): `lm` (default) says the closing turn as the LM wrote it; `head` keeps the LM's
+words and the name it copied, and takes the status and flight from the auxiliary head's argmax
+at the block's `[action]` marker (calm/model.py): the head reads the whole table at once, where
+the LM spells a flight number token by token; it has no name class. A block that does not parse
+is said as written. The party's cache keeps what the LM wrote.
 
-N = 1 is 'CALM without planning': the one candidate is said, nothing is imagined.
+Score (`score`), both computed by one call (`rollout_scores`):
 
-Action (`act`): `lm` (default) says the closing turn as the LM wrote it; `head`
-keeps the LM's words and the name it copied, and takes the status and flight
-of its action block from the auxiliary head's argmax at the block's
-`[action]` marker. The head is trained on exactly that decision (calm/model.py)
-and reads the whole table at once, where the LM has to spell a flight number
-out token by token; the name stays the LM's, since the head's 63 classes have
-none. A closing turn whose block does not parse is said as written (there is
-no name to keep). The party's cache keeps what the LM wrote: the dialogue ends
-at the action.
+  reward_token  (default) log p(continuation | reward 1) - log p(continuation | reward 0) over
+                the candidate and its imagined tokens: by Bayes, how much the continuation
+                moves the log-odds of success. Defined for unfinished continuations too, which
+                a horizon shorter than the dialogue needs.
+  head          the head's probability that the action the continuation submits is the
+                expected one, at its `[action]` marker; 0 when nothing is submitted within the
+                horizon (with act=head: the head's largest class probability). It favours
+                candidates that close early, so it loses to the greedy reply against customers
+                who reveal the intent over several turns (docs/RESULTS.md).
 
-Batching. The party is ONE LMParty of B * R rows (R = N * M
-replicas of each dialogue, as cotraining/k_sample.py does with
-its k candidates): each turn's candidates are one batched generate, replica
-(n, m) then takes candidate n's cache (`take_rows`), and every imagined
-utterance of all B * N * M continuations is one more batched generate on a
-copy of that cache. The scores of all continuations are one jitted call,
-which reads each dialogue's history once (its N * M continuations share it)
-and every continuation's own tokens on top of it. Shapes stay fixed between
-turns (rows, the two-token blocks, sampler buckets, scoring lengths rounded
-up to SCORE_BUCKET), so nothing recompiles per turn. Roles are enforced
-while imagining exactly as in a real dialogue: each side is forbidden the
-other speaker's tokens and every special token but <|eot|>, the customer
-also the action markers (forbidden_token_ids).
+Batching: ONE LMParty of B * R rows (R = N * M replicas of each dialogue, as in
+cotraining/k_sample.py). A turn's candidates are one batched generate, replica (n, m) takes
+candidate n's cache (`take_rows`), and each imagined utterance of all continuations is one more
+batched generate on a copy of that cache; all scores are one jitted call that reads each
+history once. Shapes stay fixed between turns (SCORE_BUCKET, FORBID_WIDTH, sampler buckets), so
+nothing recompiles per turn. Roles are enforced while imagining as in a real dialogue
+(forbidden_token_ids): no speaking for the other side, no customer action markers.
 
-Score: `reward_token` (default) or `head`.
-
-  reward_token  log p(continuation | reward 1) - log p(continuation | reward 0)
-                over the candidate and its imagined tokens, both sides'. By
-                Bayes this is how much the continuation moves the log-odds of
-                success (the history's share is the same for every candidate
-                of a dialogue): the model's own predicted reward. It exists for
-                every continuation, finished or not, which is what a horizon
-                shorter than the dialogue needs (most early turns cannot reach
-                the action block in H utterances).
-  head          the auxiliary head's probability that the action the
-                continuation submits is the expected one, read at its
-                `[action]` marker (calm/model.py); a continuation that submits
-                nothing within the horizon scores 0. Sharper when rollouts
-                finish (late in a dialogue), blind before. With act=head the
-                action submitted is the head's own argmax, so the score is the
-                head's largest class probability there: how sure the agent is
-                of the action it would take after that continuation.
-                Measured (docs/RESULTS.md), it favours candidates that close
-                early, since an unfinished continuation scores 0: against
-                customers who reveal the intent over several turns, planning
-                by it loses to the greedy reply.
-
-The default is the one defined at every turn. Both are computed by the same
-call (`rollout_scores`), so `score=head` costs nothing more.
-
-Spec (`make_party`):
-`calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
+Spec (`make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 

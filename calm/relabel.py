@@ -4,11 +4,10 @@ r"""CALM task relabeling: each dialogue gets a table under which its submitted a
 
 writes DIR/data.json and DIR/kb.json (official format, line-aligned with the
 input) and DIR/stats.json. Each dialogue keeps its intent, utterances and
-submitted action; its table is edited constructively (calm/table_edits.py)
-so that the official solver's expected action accepts the submitted one, its
-`expected_action` is recomputed by the solver and `correct_sample` follows
-the official rule (scorer.is_success), so the dialogue's reward under its new
-table is 1. Without --kb, a table is drawn around each intent first
+submitted action; its table is edited (calm/table_edits.py) so that the
+official solver's expected action accepts the submitted one, and
+`expected_action` / `correct_sample` are recomputed by the official rules, so
+its reward is 1. Without --kb, a table is first drawn around each intent
 (calm/intent_table.py).
 
 Some dialogues cannot be made a success by any table. They are kept with
@@ -141,7 +140,7 @@ def relabel_sample(sample: schema.Sample,
 class RelabelStats:
   """Outcome counts overall, per goal and per submitted status, from a stream of samples.
 
-  The issue's target is every dialogue whose action parses and whose name is
+  Relabeling aims at every dialogue whose action parses and whose name is
   right ("eligible"); `eligible_not_relabeled` says why the rest of those are
   beyond any table (a status the goal cannot lead to, a flight that breaks
   the intent).

@@ -1,13 +1,12 @@
 """CALM's state head: the customer's intent tracked from the dialogue, the expected action solved
 under it.
 
-The 63-way action head (calm/model.py) has to learn, from a state vector, the
+The 63-way action head (calm/model.py) has to learn from a state vector the
 rule that picks "the cheapest flight meeting every constraint the customer
-stated" out of 30 table rows. Measured (docs/RESULTS.md): neither a linear
-head nor an MLP pointing at rows learns it at the quick model's size; every
-agent's success comes from the flightless outcomes. The state head splits the
-decision where AirDialogue's systems with a knowledge base split it (e.g.
-AirConcierge's SQL state tracking):
+stated" out of 30 rows, which neither a linear head nor an MLP learns at the
+quick model's size (docs/RESULTS.md). The state head splits the decision where
+AirDialogue's systems with a knowledge base split it (e.g. AirConcierge's SQL
+state tracking):
 
   tracking  one distribution per intent field (goal, airports, dates, price
             limit, connections, times of day, class, airline cost): what the
@@ -47,7 +46,7 @@ from domains.airdialogue import task as airdialogue
 
 FIELD = airdialogue.FIELD
 NEG = -1e4  # log(0) that keeps sums and gradients finite.
-# Tracked fields and their number of values. Codes follow the table's (tasks/airdialogue.py:
+# Tracked fields and their number of values. Codes follow the table's (domains/airdialogue/task.py:
 # value index + 1) where the table has the field; 0 is "no constraint" for the optional ones.
 TRACKED = (
     ("goal", len(schema.GOALS)),  # Index into GOALS.
@@ -171,10 +170,9 @@ def marker_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
 class StateHead(nnx.Module):
   """Tracking heads, then `solve` (module docstring).
 
-  `pooled=False` reads every field from the state at the `[action]` marker.
-  Measured (docs/RESULTS.md): that one vector, filled by a 2-layer trunk's few
-  attention heads, carries the months and days only as far as the table
-  repeats them and the airports and price limit hardly at all. `pooled=True`
+  `pooled=False` reads every field from the state at the `[action]` marker,
+  one vector that in a small trunk hardly carries the airports and price limit
+  (docs/RESULTS.md). `pooled=True`
   gives each field its own attention over every position up to the marker,
   each position proposing a value from its own state: P(field = v) =
   sum_t attention_t P_t(v). The pointer-generator / copy mechanism of

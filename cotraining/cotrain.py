@@ -2,14 +2,11 @@
 
 Against one frozen simulator the policy learns that simulator's habits; a
 simulator trained alongside keeps moving, and its own reward keeps it from
-becoming a pushover. One loop, one train state: the trained module is a
-`CoTrainedPair`, the policy with its frozen reference (as in
-cotraining/policy.py) plus the simulator with its own frozen reference, so
-exact resume restores all four. Every rollout row records both learned
-parties (the trained role's arrays, and the simulator's under `sim_*`
-keys), and the loss is the policy's GRPO / RLOO loss on its tokens plus the
-simulator's on its tokens, each ratio to its own behaviour log-probs and
-each KL to its own reference.
+becoming a pushover. The trained module is a `CoTrainedPair`: the policy and
+the simulator, each with its own frozen reference, in one train state (exact
+resume restores all four). Rollout rows record both parties (the simulator's
+under `sim_*` keys); the loss is each one's GRPO / RLOO loss on its own
+tokens, each ratio to its own behaviour log-probs, each KL to its own reference.
 
 The simulator's reward is a function of how the policy did in the group
 (`SIMULATOR_REWARDS`, cotraining/sim_rewards.py):
@@ -20,12 +17,11 @@ The simulator's reward is a function of how the policy did in the group
               (0 otherwise: silence must not pay), the policy's reward being donation / 2;
               group-normalized like the policy's
 
-The simulator reads its private context as text (the AirDialogue customer
-its intent, the P4G persuadee its profile), so its LM is config.model without
-the structured prefix. `model.init_from` writes its source into every LM of
-the pair, the simulator's two included; `simulator_init_from` (a BC customer
-workdir) then replaces the simulator's and its reference's at the fresh
-run's first rollout (experience.RolloutSource.start_simulator).
+The simulator reads its private context as text, so its LM is config.model
+without the structured prefix. `model.init_from` writes its source into every
+LM of the pair; `simulator_init_from` (a BC customer workdir) then replaces the
+simulator's two at the fresh run's first rollout
+(experience.RolloutSource.start_simulator).
 
 A pair's workdir loads as the policy (PolicyWithReference's contract);
 `export_simulator` writes its simulator as a workdir of its own, which
@@ -244,6 +240,4 @@ def simulator_role(turn_order: Sequence[str], trained_role: str) -> str:
 
 def load_simulator(directory: str) -> nnx.Module:
   """The LM of a simulator workdir (`save_simulator`), on one device."""
-  from ilql_dialogue import policy_io
-
   return restore.restore_model(directory, restore.read_config(directory))[0]

@@ -3,29 +3,21 @@
 Text diversity (distinct-n, Self-BLEU, pairwise ROUGE-L) lives in
 ilql_dialogue/text_metrics.py; these are the other measurements:
 
-  token_entropy        the policy's mean entropy per sampled token, in nats, from
-                       its logits: collapse shows as entropy falling while
-                       training reward rises.
-  label_entropy        entropy (nats) of the distribution of discrete labels, e.g.
-                       the P4G persuasion strategies a classifier gives the
-                       policy's utterances: a collapsed persuader uses few.
-  donation_distances   how far a persuadee simulator's donations are from the
-                       humans' (Persuasion for Good): the two-sample
-                       Kolmogorov-Smirnov statistic and the L1 distance of
-                       histograms over [0, 2] dollars.
-  fit_gamma            simulator sharpness: gamma in p_sim ∝ p_ref^gamma, fitted
-                       by maximum likelihood from many simulator samples per
-                       state. gamma > 1 is a sharpened simulator (one that
-                       favours its modal replies more than the reference
-                       does); the policy gradient against it tends to that of
-                       a user who always gives the modal reply.
-  fit_gamma_from_logprobs  the same gamma when the simulator's own log-probs of
-                       its samples are known (a learned simulator): the slope of
-                       log p_sim on log p_ref with one intercept (log Z) per state.
+  token_entropy        the policy's mean entropy per sampled token (nats): collapse
+                       shows as entropy falling while training reward rises.
+  label_entropy        entropy (nats) of discrete labels, e.g. the P4G strategies a
+                       classifier gives the policy's sentences: a collapsed persuader
+                       uses few.
+  donation_distances   KS statistic and histogram L1 of a persuadee simulator's
+                       donations against the humans'.
+  fit_gamma, fit_gamma_from_logprobs
+                       simulator sharpness: gamma in p_sim ∝ p_ref^gamma, from sample
+                       counts per state or from the simulator's own log-probs.
+                       gamma > 1 is a sharpened simulator; the policy gradient against
+                       it tends to that of a user who always gives the modal reply.
   behaviour_clusters, cluster_coverage
-                       the share of a panel's behaviour clusters (k-means of
-                       utterance embeddings from every simulator of the panel)
-                       that one simulator reaches: a collapsed simulator covers few.
+                       the share of a panel's behaviour clusters (k-means of utterance
+                       embeddings) one simulator reaches: a collapsed one covers few.
 
 A measurement with nothing to measure is NaN, as in text_metrics.
 """

@@ -1,46 +1,34 @@
 """The experience source: the loop's `TrainData`, sampled from the model being trained.
 
-ilql_dialogue/train_loop.py asks its data for one batch per step and, when
-the data has a `bind_model` method, hands it a callable returning the
-current model (the loop's only concession to online RL). Every
-`steps_per_rollout` steps this source plays a rollout batch with the current
-policy (cotraining/rollouts.py): N scenarios x G rollouts. The algorithm's
-`prepare` adds what the loss needs once per batch (advantages, the
-reference's log-probs, PPO's values); the source then yields minibatches
-of train.batch_size rows for `epochs` passes, each pass in a fresh order
-drawn from (seed, rollout, epoch). Each of those steps recomputes the ratio
-to the behaviour policy under the current parameters.
+ilql_dialogue/train_loop.py hands a data source with a `bind_model` method a callable returning
+the current model (the loop's only concession to online RL). Every `steps_per_rollout` steps this
+source plays a rollout batch with the current policy (cotraining/rollouts.py): N scenarios x G
+rollouts. The algorithm's `prepare` adds what the loss needs once per batch (advantages, the
+reference's log-probs, PPO's values); the source then yields minibatches of train.batch_size
+rows for `epochs` passes, each in a fresh order drawn from (seed, rollout, epoch).
 
-Scenarios of rollout r are the first N of seed `rl.scenario_seed + r`
-(default 100000: apart from the corpora's 0 and 1, selection's 2000 and
-evaluation's 1000). Resume is exact: at a rollout boundary the batch is
-sampled again from the restored parameters (the same batch); inside a batch
-(a SIGTERM save, or checkpoint_every not a multiple of steps_per_rollout)
-the batch is read back from `store_dir` (cotraining/rollout_store.py; the
-launcher uses `<workdir>/rollouts`).
+Scenarios of rollout r are the first N of seed `rl.scenario_seed + r` (default 100000: apart
+from the corpora's 0 and 1, selection's 2000 and evaluation's 1000). Resume is exact: at a
+rollout boundary the batch is sampled again from the restored parameters; inside a batch it is
+read back from `store_dir` (cotraining/rollout_store.py; the launcher uses `<workdir>/rollouts`).
+`stat_*` columns carry rollout throughput into the step's metrics (cotraining/algorithms.py).
 
-`stat_*` columns carry rollout measurements (seconds, dialogues/s, tokens/s)
-into the step's metrics (cotraining/algorithms.py logs them).
+Co-Training (cotraining/cotrain.py): with `make_simulator`, the other role is the simulator
+being trained, an LMParty on `model.simulator`; its records join the rows under `sim_*` keys.
+Population Co-Training (cotraining/population.py): with a `population`, each rollout batch
+first adds the current simulator to the pool when one is due (`save_simulator`), then the
+member drawn for the batch plays the user (`load_member`) and co-training trains on that
+member's turns, the ratio taken to its behaviour log-probs. A `FixedPool` of given simulators is
+the opponent pool of a run without co-training. On resume the pool is reset to the restored
+step (`Population.resume`).
 
-Co-Training (cotraining/cotrain.py): with `make_simulator`, the other role
-is the simulator being trained, an LMParty on `model.simulator`; its records
-join the rows under `sim_*` keys. Population Co-Training
-(cotraining/population.py): with a `population`, at the start of each
-rollout batch the current simulator joins the pool when one is due
-(`save_simulator`) and the member drawn for the batch plays the user
-(`load_member`); co-training trains the simulator on that member's turns,
-the ratio taken to the member's behaviour log-probs. A `FixedPool` of given
-simulators is the opponent pool of a run without co-training. The pool is
-reset to the restored step when the run resumes (`Population.resume`).
+config.rl fields: scenarios (N), group_size (G), epochs, max_turns, scenario_seed, seq_len
+(default model.max_seq_len).
 
-config.rl fields: scenarios (N), group_size (G), epochs, max_turns,
-scenario_seed, seq_len (default model.max_seq_len).
-
-On several processes (a pod), each process plays scenarios / process_count of
-every rollout batch on its own whole copy of the model, so the model must fit
-on one device; the batch is then the same on every process, and each feeds
-the loop its block of every minibatch (train_loop.place_batch), so the
-updates are those of one process.
+On several processes each plays scenarios / process_count of every rollout batch on its own
+whole copy of the model (so the model must fit on one device); every process then holds the same
+batch and feeds the loop its block of every minibatch (train_loop.place_batch), so the updates
+are those of one process.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ config.rl fields, beyond those experience.RolloutSource reads:
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
 
 import ml_collections
 

@@ -9,8 +9,7 @@ Rollouts come in groups of G on the same scenario ([N, G] rewards):
   PPO   per token, generalized advantage estimation (`gae`) over the trained
         role's tokens with a learned value, the reward on its last token
 
-
-Both have zero mean within each group; a group whose rewards are all equal
+GRPO's and RLOO's have zero mean within each group; a group whose rewards are all equal
 has zero advantages, so it teaches nothing, as it should.
 
 The surrogate (DAPO's "clip-higher" GRPO objective) per sampled token, with

@@ -5,7 +5,7 @@ KV cache away and encodes the row's whole sequence so far again (prefix,
 context and every turn), then lets the party append the new turns and
 decode as usual. Under greedy decoding it must say exactly what the
 cache-keeping party says (tests/test_cotraining_rollouts.py); the benchmark
-(cotraining/benchmark.py) times the two side by side.
+(benchmarks/rollout_cache.py) times the two side by side.
 """
 
 from __future__ import annotations

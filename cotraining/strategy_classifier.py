@@ -7,13 +7,12 @@ persuader still uses many strategies or collapsed onto a few (docs/METHODS.md, O
 
 The model is multinomial logistic regression over hashed word unigrams and
 bigrams (an embedding bag of `num_features` rows, one logit per label),
-trained full-batch with Adam and L2 under jit: a few seconds on a CPU, and
-the usual strong baseline for dialogue-act tagging at this data size (L2
-1e-3 chosen on a validation split inside the training dialogues: 0.550
-against 0.542 at 1e-4 and 0.452 at 1e-2). The split is by dialogue (no
-dialogue on both sides), so held-out accuracy is accuracy on unseen
-conversations: 0.563 over the persuader's 27 labels on 60 held-out dialogues
-(the majority label: 0.168), `python -m experiments.strategy_classifier`.
+trained full-batch with Adam and L2 under jit: cheap on a CPU, and the usual
+strong baseline for dialogue-act tagging at this data size (L2 1e-3, chosen on
+a validation split inside the training dialogues). The split is by dialogue,
+so held-out accuracy is accuracy on unseen conversations: 0.563 over the
+persuader's 27 labels (the majority label: 0.168), `python -m
+experiments.strategy_classifier`.
 """
 
 from __future__ import annotations

@@ -149,24 +149,19 @@ class LMParty:
   a structured prefix (bc.PrefixLM, CALM's table) gets `prefix_fields(context,
   where) -> int32 [P, F]` embedded before the tokens instead. `reset` prefills the context;
   each `respond` APPENDS only what is new (the other side's turns since this
-  party last spoke, then this party's forced speaker token) and samples until
-  <|eot|>; nothing is ever encoded twice. Blocks are written `chunk` slots at
-  a time (one compiled shape), and `compact` reclaims padding slots when the
-  cache fills. A row ends (gets None) once its next block and turn would pass
-  `row_limit` = max_positions - max_new_tokens: `sampler.generate` asks every
-  row, finished or not, to have room for a whole turn in the model's window.
+  party last spoke, then its forced speaker token) and samples until <|eot|>.
+  Blocks are written `chunk` slots at a time (one compiled shape), and
+  `compact` reclaims padding slots when the cache fills. A row ends (gets None)
+  once its next block and turn would pass `row_limit` = max_positions -
+  max_new_tokens, since `sampler.generate` needs room for a whole turn in every row.
 
-  `generated_ids[b]` keeps the ids this party sampled in row b, one list per
-  turn (the <|eot|> included), so callers can audit what was decoded;
-  `compactions` counts cache compactions since `reset`.
-
-  For training on its own turns (cotraining/), the party also records row b
-  exactly as its model read it: `token_ids[b]` every id in cache order (the
-  prompt, each appended block, each sampled id), `sampled[b]` whether each
-  was sampled by this party, `logprobs[b]` the log-probability it was
-  sampled with (0 for the others), and `prefix_fields_BxPxF` the structured
-  prefix (None without one). A trainer re-reading `token_ids` sees the very
-  sequence that was decoded, never a re-tokenization of its text.
+  Records per row b: `generated_ids[b]` the ids this party sampled, one list per
+  turn (<|eot|> included); for training on its own turns (cotraining/),
+  `token_ids[b]` every id in cache order, `sampled[b]` whether this party
+  sampled each, `logprobs[b]` the log-probability it was sampled with (0 for
+  the others), and `prefix_fields_BxPxF` the structured prefix (None without
+  one): a trainer sees the very sequence that was decoded, never a
+  re-tokenization of its text. `compactions` counts compactions since `reset`.
   """
 
   def __init__(self, decoder: Any, tokenizer: DialogueTokenizer, role: str, *,

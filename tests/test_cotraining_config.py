@@ -1,5 +1,5 @@
 """grpo_airdialogue_quick: rollouts of the agent against a scripted customer through the
-launcher (experiments/train_lib.py), on tiny generated data."""
+launcher (workflows/train.py), on tiny generated data."""
 
 import importlib
 import math
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from cotraining.policy import PolicyWithReference
-from experiments import pipeline_lib
-from experiments import train_lib as launcher
+from workflows import quickstart as pipeline_lib
+from workflows import train as launcher
 from experiments.configs import quickstart
 from ilql_dialogue import metrics, policy_io
 

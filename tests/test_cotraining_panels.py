@@ -80,7 +80,8 @@ def test_collapse_arms_share_one_simulator_reference(module, arm):
   c = module.get_config(arm)
   c.simulator = "runs/sim"
   assert c.online_eval.opponent == "runs/sim"  # Selection plays the frozen training simulator.
-  assert c.rl.opponent == ("pick:k=5,pick=uniform:runs/sim" if arm == "vs" else "runs/sim")
+  picked = arm == "temperature"  # The k-sample picker at temperature 1.0.
+  assert c.rl.opponent == ("pick:k=5,pick=uniform:runs/sim" if picked else "runs/sim")
   assert c.rl.opponent_temperature == (0.3 if arm == "single" else 1.0)
   assert (c.rl.get("cotrain") or {}).get("simulator_init_from") == (
       "runs/sim" if arm in ("cotrain", "population") else None)
@@ -92,7 +93,7 @@ def test_collapse_arms_share_one_simulator_reference(module, arm):
 
 @pytest.mark.parametrize("module", COLLAPSE_CONFIGS)
 def test_collapse_refuses_a_held_out_simulator(module):
-  c = module.get_config("vs")
+  c = module.get_config(module.ARMS[1])
   c.simulator = module.HELD_OUT[0]
   with pytest.raises(ValueError, match="held out"):
     panels.refuse_held_out(c.rl)
@@ -112,8 +113,8 @@ def test_airdialogue_selection_plays_the_simulator_at_the_evaluation_temperature
   online_eval.opponent_temperature, as the environment path does (test_persuasion_env)."""
   import types
 
-  from experiments import evaluate_lib
-  from experiments import train_lib
+  from workflows import evaluate as evaluate_lib
+  from workflows import train as train_lib
 
   seen = []
   monkeypatch.setattr(evaluate_lib, "online_eval_fn", lambda tok, role, opponent, **kw: seen.append(

@@ -265,7 +265,7 @@ def test_evaluation_opponents_sample_at_one_temperature_whatever_the_training_on
   config.rl.update(data_dir=write_tiny_p4g(tmp_path / "p4g"), opponent_temperature=0.3)
   config.online_eval.held_out = ("scripted:volunteer",)
   task = types.SimpleNamespace(tokenizer=None, role="persuader", include_context=True,
-                               serialize_context=None)
+                               serialize_context=None, prefix=None)
   launcher.online_eval(task, config)
   assert seen == [(config.rl.opponent, 1.0), ("scripted:volunteer", 1.0)]
   config.online_eval.opponent_temperature = 0.5
@@ -297,6 +297,7 @@ def test_evaluate_environment_writes_every_dialogue_and_its_reward(tmp_path):
 
 def test_fixed_persuaders_say_their_lines_in_order_to_every_row(tmp_path):
   from cotraining import persuader_probes
+  from ilql_dialogue.parties import make_party
 
   env = persuasion_env.PersuasionEnv.from_corpus("eval", write_tiny_p4g(tmp_path / "p4g"))
   ask = make_party("cotraining.persuader_probes:Ask", PERSUADER)

@@ -34,7 +34,7 @@ import numpy as np
 
 from data_pipelines import cli
 from data_pipelines.airdialogue import action_grammar
-from ilql_dialogue import policy_io, text_metrics
+from ilql_dialogue import text_metrics
 from ilql_dialogue import restore
 from workflows import config_checks
 

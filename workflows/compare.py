@@ -30,7 +30,7 @@ import numpy as np
 
 from data_pipelines import cli
 from domains.airdialogue import environment as airdialogue_env
-from ilql_dialogue import init_from, policy_io
+from ilql_dialogue import init_from
 from ilql_dialogue import restore
 from workflows import config_checks, evaluate
 

@@ -9,19 +9,16 @@ names the task) and reports, on the split's MDP dataset and dialogues:
   * loss, perplexity and token accuracy of the role's tokens, weighted by
     token over the whole split (not a mean of batch means);
   * the task's final-turn metrics: each held-out dialogue's last turn of the
-    role is decoded greedily from the real history before it (AirDialogue
-    agent: the final action; P4G persuadee: the stated donation). Decoding is
-    batched on a KV cache inside one `lax.while_loop` per batch, with one
-    host transfer per batch. Dialogues whose prompt plus `max_new_tokens`
-    exceeds the model's positions are counted as `final_turn/too_long`, not
-    silently dropped.
+    role decoded greedily from the real history before it (AirDialogue agent:
+    the final action; P4G persuadee: the stated donation). Dialogues whose
+    prompt plus `max_new_tokens` exceeds the model's positions are counted as
+    `final_turn/too_long`, not silently dropped.
   * the field's text metrics of the role's next utterances: every turn of the
-    role in the held-out dialogues, decoded greedily (the same batched
-    decoder) from the true history before it, against the held-out turn:
-    corpus BLEU as the official AirDialogue toolkit reports it, and
-    distinct-1/2 of the decodings next to those of the held-out turns
-    (ilql_dialogue/text_metrics.py). Action blocks are left out of both
-    sides: the official dialogues carry the action apart from the words.
+    role decoded greedily from the true history before it, against the
+    held-out turn: corpus BLEU as the official AirDialogue toolkit reports it,
+    and distinct-1/2 of decodings and held-out turns (ilql_dialogue/
+    text_metrics.py). Action blocks are left out of both sides: the official
+    dialogues carry the action apart from the words.
 
 Writes {output_dir or RUN_DIR}/offline_eval_{split}_step{N}.json. `evaluate_run` is the entry
 point for the pipeline; `evaluate` works on any model with the LM contract
@@ -44,7 +41,7 @@ from flax import nnx
 from data_pipelines import batching, mdp
 from data_pipelines.airdialogue import action_grammar
 from data_pipelines.dialogue import Dialogue, read_jsonl
-from ilql_dialogue import bc, policy_io, sharding, tasks, text_metrics, value_guidance
+from ilql_dialogue import bc, sharding, tasks, text_metrics, value_guidance
 from ilql_dialogue import restore
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.value_heads import ILQLModel

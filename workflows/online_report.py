@@ -13,17 +13,14 @@ simulator ("held_out/NAME/return"). Each curve is the mean over an arm's seeds
 with the standard error of that mean (seeds carry the training noise); the
 held-out mean is, per seed, the mean over the held-out simulators.
 
-With --tests, the final table reads the test evaluations that
-experiments.evaluate_env wrote there for every run (`--party=RUN`: its
-checkpoint selected on the training simulator, else its latest; with
---test_step=N, `--party=RUN@N`) and --start
-against every --opponent (default tags): per
-opponent the mean reward over seeds +- s.e.; over the opponents, the fraction
-of dialogues whose outcome was stated (P4G: a readable donation), the mean
-stated outcome (dollars) and the unparsable fraction; and the party's diversity over
-those transcripts (distinct-1/2 and Self-BLEU of its utterances, blocks
-such as `[donate] ... [/donate]` included). Writes report.md, report.json
-and curves.png to --output_dir.
+With --tests, the final table reads the test evaluations experiments.evaluate_env
+wrote there for every run (`--party=RUN`: its selected checkpoint, else its latest;
+with --test_step=N, `--party=RUN@N`) and for --start, against every --opponent:
+per opponent the mean reward over seeds +- s.e.; over the opponents, the share of
+dialogues whose outcome was stated (P4G: a readable donation), the mean stated
+outcome and the unparsable share; and the party's diversity (distinct-1/2 and
+Self-BLEU of its utterances, closing blocks included). Writes report.md,
+report.json and curves.png to --output_dir.
 """
 
 from __future__ import annotations

@@ -17,16 +17,13 @@ give transcripts in which the same persuader met each simulator, so that rows
 differ only by the simulator. Per simulator: the stated share, the mean stated
 donation, KS and L1 of the stated donations against the real persuadees' of the
 same personas; and behaviour-cluster coverage: `--per_simulator` utterances of
-every simulator and of the real persuadees of the held-out dialogues are
-embedded (cotraining/sentence_embeddings.py, SmolLM2-135M, centred), clustered
-together by k-means (`--clusters`), and each simulator's coverage is the share
-of clusters holding at least `--min_count` of its utterances, of all clusters
-and of the humans' clusters (those holding >= min_count human utterances).
-A collapsed simulator covers few. The embedding is checked on the way: on
-`--check_sentences` annotated persuadee sentences, how often a sentence's
-nearest neighbour (cosine) carries its strategy label, for these embeddings
-and for hashed word n-gram counts, against chance (the sum of squared label
-shares). Writes report.md and report.json.
+every simulator and of the real persuadees are embedded
+(cotraining/sentence_embeddings.py), clustered together by k-means
+(`--clusters`), and each simulator's coverage is the share of clusters (all, and
+the humans') holding at least `--min_count` of its utterances. A collapsed
+simulator covers few. The embedding is checked against chance on
+`--check_sentences` annotated sentences: how often a sentence's nearest
+neighbour carries its strategy label. Writes report.md and report.json.
 """
 
 from __future__ import annotations

@@ -29,8 +29,7 @@ from calm import data as calm_data
 from data_pipelines import cli, mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
-from ilql_dialogue import (checkpointing, init_from, metrics as metrics_lib, policy_io, restore,
-                           tasks)
+from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, restore, tasks
 from ilql_dialogue.checkpointing import BEST_DIR, CHECKPOINT_DIR
 from workflows import compare, config_checks, customer_fidelity, evaluate, train
 

@@ -1,13 +1,6 @@
 """gamma of a learned simulator against its reference (cotraining/sharpness.py).
 
-    python -m experiments.simulator_gamma --simulator=runs/collapse/cotrain_s0 \
-        --reference=runs/panel_airdialogue/customer_seed0 --temperature=0.7 \
-        --transcripts=runs/collapse/compare/transcripts_start_beta0_T0_vs_customer_seed0.jsonl \
-        --output=runs/collapse/gamma_cotrain_s0.json
-    python -m experiments.simulator_gamma --env=persuasion --simulator=runs/p4g/cotrain_s0@100 \
-        --reference=runs/p4g/persuadee_s0 --temperature=0.7 \
-        --transcripts=runs/p4g/test/transcripts_persuader_bc_vs_persuadee_s0_seed1000_n102.jsonl \
-        --output=runs/p4g/gamma_cotrain_s0.json
+(`python -m experiments.simulator_gamma` runs it; its docstring has the commands.)
 
 `--simulator` is a simulator workdir (the AirDialogue customer, the P4G
 persuadee), a co-training workdir (its simulator is exported first,
@@ -21,7 +14,6 @@ States are the histories before every simulator turn of `--transcripts`
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 
 from cotraining import cotrain, sharpness
@@ -29,7 +21,7 @@ from data_pipelines import cli
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue.parties import CUSTOMER
 from domains.persuasion import environment as persuasion_env
-from ilql_dialogue import init_from, policy_io
+from ilql_dialogue import init_from
 from ilql_dialogue import restore
 from ilql_dialogue.parties import make_party
 

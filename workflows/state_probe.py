@@ -18,7 +18,7 @@ import numpy as np
 from calm import model as calm_model, scenes, state
 from data_pipelines.tokenization import load_tokenizer
 from domains.airdialogue import task as airdialogue
-from ilql_dialogue import bc, policy_io
+from ilql_dialogue import bc
 from ilql_dialogue import restore
 
 BLANKED = ("departure_airport", "return_airport", "departure_month", "departure_day",

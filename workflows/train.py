@@ -143,6 +143,7 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
         serialize_context=task.serialize_context, temperature=online.temperature,
         max_new_tokens=online.max_new_tokens,
         prefix_fields=None if task.prefix is None else task.prefix.fields,
+        block_markers=registry.block_markers(config.task.name),
         opponent_options={"temperature": temperature, "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,

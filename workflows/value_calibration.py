@@ -28,8 +28,7 @@ import matplotlib
 import numpy as np
 from flax import nnx
 
-from ilql_dialogue import baselines, ilql, policy_io, registry, sharding, tasks, train_loop
-from ilql_dialogue import restore
+from ilql_dialogue import baselines, ilql, registry, restore, sharding, tasks, train_loop
 from ilql_dialogue.value_heads import ILQLModel
 
 matplotlib.use("Agg")

@@ -134,7 +134,7 @@ def generate_samples(
   """`n` self-play samples, lazily; the same arguments always give the same samples.
 
   `seed` is numpy SeedSequence entropy: an int, or a list of ints for streams
-  that must stay apart from the integer seeds (tasks/airdialogue_lm.py).
+  that must stay apart from the integer seeds (domains/airdialogue/lm_task.py).
 
   The family mixes name training phrasing families only (`family_split`);
   `typing_noise_scale` multiplies every customer family's typing-noise rates

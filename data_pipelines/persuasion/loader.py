@@ -11,10 +11,8 @@ Every choice below is visible in the returned data, so a consumer never has to g
 * Roles: B4 == 0 is "persuader", B4 == 1 is "persuadee"; any other value is an error.
 * Turns: a dialogue's rows are sorted by `Turn` with a stable sort (rows of one Turn keep their
   file order), then each run of rows by the same role becomes one `Turn`, the stripped texts
-  joined by one space. In full_dialog.csv a row already holds a whole utterance (Unit is text, not
-  an index), persuader first in each Turn, and only a dialogue's last Turn may lack the persuadee:
-  its 20,932 rows are 20,932 turns that alternate and open with the persuader. The merge matters
-  for per-sentence files such as 300_dialog.xlsx.
+  joined by one space. full_dialog.csv already holds one utterance a row, the persuader first in
+  each Turn; the merge matters for per-sentence files such as 300_dialog.xlsx.
 * Donation: the persuadee's B6 is the outcome. The task paid $2, so the 35 recorded donations of
   $3..$700 cannot be what was given (cents or typos). They are CLIPPED into [0, 2] and the dialogue
   is kept, as its text is still good data: meta["donation_raw"] is B6 as recorded,
@@ -32,13 +30,11 @@ Every choice below is visible in the returned data, so a consumer never has to g
   the scheme defines "task-related-inquiry" and is read as such. Each labelled sentence is attached
   to its dialogue in meta["strategy_labels"] with the index of the merged turn that holds it.
 * Donation statement (opt-in: `load_dialogues(donation_statement=True)` or
-  `with_donation_statement`): a persuadee simulator must end by saying what it gives, in a form a
-  program can read, the way an AirDialogue agent ends with its action block. The clipped donation,
-  formatted to cents, is appended to the persuadee's LAST turn as `[donate] 0.50 [/donate]` (the
-  persuader's closing lines, if any, stay after it); `parse_donation` reads it back. A dialogue in
-  which the persuadee never speaks gets the statement as a final persuadee turn, and
-  meta["donation_statement"] holds the appended text. Off by default so that the turns stay the
-  corpus's own words unless a consumer asks for the statement.
+  `with_donation_statement`): a persuadee simulator must end by saying what it gives in a form a
+  program can read, as an AirDialogue agent ends with its action block. The clipped donation is
+  appended to the persuadee's LAST turn as `[donate] 0.50 [/donate]` (or is a final persuadee
+  turn if it never speaks); meta["donation_statement"] holds the appended text and
+  `parse_donation` reads it back. Off by default, so the turns stay the corpus's own words.
 """
 
 from __future__ import annotations
@@ -398,7 +394,7 @@ def load_dialogues(data_dir: str | None = None, *, with_labels: bool = True,
                    donation_statement: bool = False) -> list[dialogue_lib.Dialogue]:
   """All dialogues in the order they first appear in full_dialog.csv.
 
-  With `with_labels` (reads the xlsx, ~2 s) every dialogue gets meta["annotated"] and
+  With `with_labels` (also reads the xlsx) every dialogue gets meta["annotated"] and
   meta["strategy_labels"] (a list of {"turn_index", "speaker", "text", "labels"}, empty for the
   717 unannotated dialogues); without, neither key exists. With `donation_statement` the
   persuadee's last turn ends with its donation statement (`with_donation_statement`).

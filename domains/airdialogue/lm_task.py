@@ -1,51 +1,33 @@
 """The AirDialogue dialogue LM: one trunk pretrained for both roles, streamed from the generator.
 
-Every learned AirDialogue party starts from this checkpoint
-(`config.model.init_from`): the BC agent, the BC customer, ILQL and CALM. It
-trains with BC's loss (next-token cross-entropy on the tokens a row marks in
-`action_mask`) on rows of four kinds, generated fresh at every step (the
-dialogues by the self-play generator), so it never sees a dialogue twice and
-cannot overfit the 3,000 of the corpus:
+Every learned AirDialogue party starts from this checkpoint (`config.model.init_from`): the BC
+agent, the BC customer, ILQL and CALM. It trains with BC's loss (next-token cross-entropy on the
+tokens a row marks in `action_mask`) on rows generated fresh at every step (the dialogues by the
+self-play generator), so it never sees a dialogue twice. Rows are of five kinds:
 
-  agent     the agent's view: the flight table as the structured prefix, then
-            the dialogue. Targets: the agent's tokens.
-  customer  the customer's view: its intent as text, then the dialogue, no
-            prefix. Targets: the customer's tokens.
-
-Each view trains only its own role's tokens. Measured: with every dialogue
-token as a target, the agent view keeps asking the model to guess the
-customer's name from nothing, which rewards a prior over names and delays
-copying them (no name copied after 1,500 updates; docs/RESULTS.md).
-  scene     task pretraining (CALM): the table prefix, one customer turn that
-            states the whole intent (the volunteer style's opening), and the
-            agent turn holding the expected action block. Targets: that turn.
-            A dialogue teaches choosing a flight and copying a name once per
-            ~160 tokens; a scene teaches it in ~60.
-  repeat    a run of random word tokens, then the same run again; targets: the
-            repetition. The canonical material for induction heads ("predict
-            what followed this token last time"), the circuit that copies a
-            two-token name such as "Kimberly Young" from one turn into another.
-            Without it a 2-layer model copies first names long before last ones.
-  names     NAMES_PER_ROW pairs of (a customer turn that states the customer's
-            name, taken from a generated dialogue; the closing action block
-            for that customer), no prefix. Targets: the name and the block's
-            end. The drill for the other half of copying: *finding* the name
-            in a turn ("This is Nancy Kelly", "put it under Frank Moore"),
-            which induction does not do (the token before the name differs
-            between the turn and the block). A dialogue holds one such
-            retrieval per ~160 target tokens; this row one per ~4. Measured
-            (docs/RESULTS.md): without it the closing turn writes one fixed
-            name for every customer until the last updates of a long schedule.
+  agent     the flight table as the structured prefix, then the dialogue; targets: the
+            agent's tokens only (with every token as a target the model learns a prior over
+            customer names instead of copying them, docs/RESULTS.md).
+  customer  its intent as text, then the dialogue, no prefix; targets: the customer's tokens.
+  scene     task pretraining (CALM): the table prefix, one customer turn that states the whole
+            intent, and the agent turn holding the expected action block; targets: that turn.
+            It teaches choosing a flight and copying a name in ~60 tokens, not ~160.
+  repeat    a run of random word tokens, then the same run again; targets: the repetition.
+            Material for induction heads, the circuit that copies a two-token name from one
+            turn into another (without it a small model copies first names long before last).
+  names     NAMES_PER_ROW pairs of (a customer turn that states the name; the closing action
+            block for that customer), no prefix; targets: the name and the block's end. The
+            drill for *finding* the name in a turn, which induction does not do (without it
+            the closing turn writes one fixed name for every customer, docs/RESULTS.md).
 
 Each step is one kind, cycling through `config.task.mixture` (e.g.
 "agent,names,repeat,customer,scene,names"), so batches with and without the prefix never mix and
 every batch has a static shape (lengths padded up to `LENGTH_STEP`).
 
-Streams stay apart from every evaluation: step s of host h draws its scenarios
-and plays from SeedSequence([STREAM_TAG, seed, s, h]), never from the plain
-integer seeds of the corpora (0, 1), checkpoint selection (2000) or the
-reported evaluation (1000). Step s depends only on (seed, s, h), so a resumed
-run reads exactly the batches an uninterrupted one would.
+Streams stay apart from every evaluation: step s of host h draws from
+SeedSequence([STREAM_TAG, seed, s, h]), never from the plain integer seeds of the corpora (0, 1),
+checkpoint selection (2000) or the reported evaluation (1000). Step s depends only on
+(seed, s, h), so a resumed run reads exactly the batches an uninterrupted one would.
 """
 
 from __future__ import annotations

@@ -7,15 +7,12 @@ out) and its tokenizer (`{root}/tokenizer`).
 Contexts (config.task.context). The customer reads its intent as text (about
 60 tokens). The agent reads its flight table either as text (~575 tokens,
 `to_dialogue.serialize_context`) or, CALM style, as a structured prefix of
-NUM_ROWS = 32 rows: the no-flight row, the flights in table order (padding
-rows after them when the table has fewer than 30), and the reservation row.
-Each row is TABLE_FIELDS discrete values (0 = "none" in every field) whose
-learned embeddings are summed by models/prefix.py; the prefix keeps the
-agent's sequences as short as the dialogue itself. The reservation row
-repeats the reserved flight's fields and slot, so "which flight is booked" is
-one row the model can attend to; without a reservation it has its row type
-only. Prices are bucketed by $100 (the generator floors them to $100 steps),
-the last bucket being "$5000 and up".
+NUM_ROWS = 32 rows, which keeps its sequences as short as the dialogue: the
+no-flight row, the flights in table order (then padding rows), and the
+reservation row, which repeats the reserved flight's fields and slot so that
+"which flight is booked" is one row to attend to. Each row is TABLE_FIELDS
+discrete values (0 = "none") whose embeddings models/prefix.py sums. Prices are
+bucketed by $100 (the generator's step), the last bucket "$5000 and up".
 
 Offline metric of the agent: the final action. The agent's last turn carries
 the `[action] ... [/action]` block (to_dialogue.py); the evaluation decodes

@@ -1,25 +1,22 @@
 """Persuasion for Good as an `environment.Environment`: a persuader against a persuadee.
 
-Why an environment of its own: online RL of the persuader (cotraining/)
-plays the task-agnostic engine (environment.play) and needs the task's
-scenarios, contexts, ending and reward, exactly as AirDialogue's are given
-by domains.airdialogue.environment.AirDialogueEnv.
+The task's scenarios, contexts, ending and reward for the task-agnostic engine
+(environment.play), as AirDialogueEnv gives AirDialogue's:
 
   scenarios   the two personas of one real dialogue of a split (loader.
-              train_test_split, the split tasks/persuasion.py trains on:
+              train_test_split, the split domains/persuasion/task.py trains on:
               "train" held in, "eval" held out; "validation", what checkpoint
               selection plays, is the train dialogues that share no person
               and no persona with any eval dialogue, see `persona_disjoint`).
-              Scenario i of seed s is
-              the dialogue at position i % n of the split's ids (sorted)
-              permuted by default_rng([s, i // n]): the first `num` of a
-              seed are the same for any num, and n scenarios cover the split.
+              Scenario i of seed s is the dialogue at position i % n of the
+              split's ids (sorted) permuted by default_rng([s, i // n]): the
+              first `num` of a seed are the same for any num.
   contexts    each role its own persona only (the loader's traits), which a
               learned party serializes with the task's serialize_persona, so
               a BC party reads at decoding the text it trained on.
   turn order  the persuader first, as in the data.
   ending      a persuadee turn holding a donation statement (`[donate] 0.50
-              [/donate]`, the form tasks/persuasion.py trains the persuadee
+              [/donate]`, the form domains/persuasion/task.py trains the persuadee
               to end with; donation.parse_donation reads its body robustly):
               "donation", or "unparsable_donation" with the reason. Persuader
               turns are never parsed (their blocks are counted). The engine
@@ -84,7 +81,7 @@ class PersuasionEnv:
   def from_corpus(cls, split: str = "train", data_dir: str | None = None,
                   test_fraction: float = 0.1, split_seed: int = 0,
                   no_donation_reward: float = 0.0) -> PersuasionEnv:
-    """The scenarios of one split of the real corpus, split as tasks/persuasion.py splits it;
+    """The scenarios of one split of the real corpus, split as domains/persuasion/task.py splits it;
     "validation" is the part of "train" whose people and personas "eval" never has."""
     if split not in SPLITS:
       raise ValueError(f"PersuasionEnv: split={split!r} not in {SPLITS}")

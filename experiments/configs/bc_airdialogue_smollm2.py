@@ -22,10 +22,9 @@ it, or pass --config.model.init_from=FILE.gguf --config.task.tokenizer=DIR
 
 The architecture is SmolLM2's (tests/test_gguf.py checks it against the
 file); vocab_size=0 takes the tokenizer's size (49152 + the dialogue tokens,
-rounded up to 128) and the appended embedding rows start random. On 2 shared
-CPU cores one float32 update of only 4 x 256 tokens took 24 s (15 s of CPU),
-after 17 s of compiling and a 12 s GGUF load (docs/BENCHMARKS.md,
-benchmarks/smollm2.py): this is a config for an accelerator.
+rounded up to 128) and the appended embedding rows start random. This is a
+config for an accelerator: on a few CPU cores even a small update is slow
+(measured in docs/BENCHMARKS.md, benchmarks/smollm2.py).
 """
 
 import os

@@ -8,7 +8,7 @@ bc_persuasion_quick.py's model and budget, but the persuadee sees its persona
 (`task.context="text"`: Big-Five, morality, demographics as `key=value` text,
 ~150 tokens), so simulators built from it differ by persona, as the people of
 the corpus did, and what it donates can depend on who it is. Windows of 1,024
-tokens cut ~7% of the dialogues (tasks/persuasion.py's stats.json counts
+tokens cut ~7% of the dialogues (domains/persuasion/task.py's stats.json counts
 them). Simulators trained with other seeds make the held-out panel of online
 RL (grpo_persuasion_quick.py, docs/RESULTS.md).
 """

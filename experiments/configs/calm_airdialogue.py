@@ -9,25 +9,17 @@ auxiliary action head; the paper's size (GPT-2 small, lr 1e-4).
         [--config.algorithm.action_head_weight=0] [--config.model.init_from=LM_WORKDIR]
     python -m experiments.evaluate --agent=calm:n=4,m=2,h=6:runs/calm_airdialogue ...
 
-Data (calm/data.py): the pipeline's official-format training corpus, passed
-through calm.relabel when `calm_data.relabel` (False = 'CALM without
-relabeling'), prepared by `python -m calm.data` (same config, same
-overrides) into `task.root`, which follows `calm_data` (leave it to the
-reference). Task pretraining on synthetic scenes
-(flattened intent + table -> expected action, streamed from the generator)
-comes from `model.init_from`: the dialogue LM (tasks/airdialogue_lm.py) trains
-on those scene rows; start from an LM run with and without "scene" in its
-`task.mixture` to measure it; `calm_data.scene_every=2` also puts scenes
-with the head's targets into every second CALM batch.
-`algorithm.action_head_weight=0` is 'CALM without the auxiliary head';
-planning is a party option (`planning` below, or the `calm:` spec), N=1
-being 'CALM without planning'.
+Data (calm/data.py): the pipeline's official-format training corpus, relabeled when
+`calm_data.relabel` (False = 'CALM without relabeling'), prepared by `python -m calm.data`
+(same config and overrides) into `task.root`, which follows `calm_data`. Task pretraining on
+synthetic scenes comes from `model.init_from`, the dialogue LM (domains/airdialogue/lm_task.py);
+`calm_data.scene_every=2` also puts scenes with the head's targets into every second CALM
+batch. `algorithm.action_head_weight=0` is 'CALM without the auxiliary head'; planning is a
+party option (`planning` below, or the `calm:` spec), N=1 being 'CALM without planning'.
 
 The head is the pooled state head (calm/state.py), and the agent acts by it
-(`planning.action=head`): it tracks the intent from the dialogue and solves
-the official rules under it. Measured (docs/RESULTS.md), it is what makes
-an agent book the right flight at this size; the linear head and the LM's
-own block books about 2% of them.
+(`planning.action=head`): it tracks the intent and solves the official rules under it, which
+is what makes an agent book the right flight at this size (docs/RESULTS.md).
 """
 
 import ml_collections

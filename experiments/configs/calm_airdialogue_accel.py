@@ -1,4 +1,4 @@
-"""calm_airdialogue.py sized for minutes on one accelerator: an 8-layer Llama of width
+"""calm_airdialogue.py sized for one accelerator: an 8-layer Llama of width
 512 in bfloat16, batch 64.
 
     python -m calm.data --config=experiments/configs/calm_airdialogue_accel.py
@@ -7,7 +7,7 @@
 
 Between the quick CPU model (2 x 128) and the paper's GPT-2 small
 (calm_airdialogue.py): large enough that planning's imagined customer is
-a usable dynamics model, small enough to train and evaluate in minutes on one GPU.
+a usable dynamics model, small enough to train and evaluate quickly on one GPU.
 """
 
 import ml_collections

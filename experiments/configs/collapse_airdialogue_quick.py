@@ -16,7 +16,7 @@ GRPO settings of grpo_airdialogue_quick.py. Only who plays the customer differs:
                 differs from `single` in temperature only. It plays through
                 the k-sample picker (k = 5 replies per turn, one picked
                 uniformly), whose pick is one ordinary sample in distribution;
-                kept so that the arm's rollouts stay those of earlier runs;
+                kept so that the arm's rollouts stay those docs/RESULTS.md reports;
     cotrain     Co-Training: the simulator starts from the same checkpoint and is
                 trained alongside by GRPO on its own turns with the curriculum
                 reward and a KL to itself (cotraining/cotrain.py);
@@ -43,7 +43,7 @@ LABELS = {"temperature": "temperature 1.0"}
 SIMULATOR = "runs/panel_airdialogue/customer_seed0"
 HELD_OUT = ("runs/panel_airdialogue/customer_seed2", "runs/panel_airdialogue/customer_small")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
-VS_SPEC = "pick:k=5,pick=uniform:"
+PICK_SPEC = "pick:k=5,pick=uniform:"
 
 
 def get_config(arm: str = "single") -> ml_collections.ConfigDict:
@@ -57,7 +57,7 @@ def get_config(arm: str = "single") -> ml_collections.ConfigDict:
     c = grpo_airdialogue_quick.get_config()
   c.simulator = simulator
   del c.rl["opponent"], c.online_eval["opponent"]  # Unlink grpo's one shared opponent reference.
-  c.rl.opponent = VS_SPEC + simulator if arm == "temperature" else simulator
+  c.rl.opponent = PICK_SPEC + simulator if arm == "temperature" else simulator
   c.rl.opponent_temperature = SINGLE_TEMPERATURE if arm == "single" else 1.0
   # Selection plays the frozen training simulator at its own sampling; never a held-out one.
   c.online_eval.opponent = simulator

@@ -1,4 +1,5 @@
-"""The simulator-collapse comparison on Persuasion for Good (docs/METHODS.md, Online RL and Co-Training), sized for 2 CPU cores.
+"""The simulator-collapse comparison on Persuasion for Good, sized for 2 CPU cores
+(docs/METHODS.md, Online RL and Co-Training).
 
     python -m experiments.train --config=experiments/configs/bc_persuasion_quick.py \
         --workdir=runs/p4g/persuader_bc --config.task.root=runs/p4g
@@ -12,12 +13,14 @@
 
 Every arm starts from the same BC persuader (also its KL reference) and gets
 grpo_persuasion_quick.py's GRPO settings and the same budget, 100 updates (800
-dialogues; half grpo_persuasion_quick's, so that 4 arms x 3 seeds fit a few hours
-on 2 cores), evaluated at 0, 50 and 100; only who plays the persuadee differs, as in
+dialogues; half grpo_persuasion_quick's, so that 4 arms x 3 seeds stay affordable
+on 2 CPU cores), evaluated at 0, 50 and 100; only who plays the persuadee differs, as in
 collapse_airdialogue_quick.py:
 
     single      the training persuadee (seed 0), frozen, sampled at temperature 0.3;
-    vs          the same persuadee with Verbalized Sampling (k = 5, uniform pick, T = 1);
+    temperature the same persuadee at T = 1 (through the k-sample picker, k = 5,
+                uniform pick: in distribution one ordinary sample, so this arm differs
+                from `single` only in temperature; not Verbalized Sampling);
     cotrain     Co-Training: the persuadee starts from the same checkpoint and is
                 trained alongside by GRPO on its own turns with the zero-sum reward
                 1 - donation / 2 and a KL to itself;
@@ -38,12 +41,12 @@ import ml_collections
 
 from experiments.configs import grpo_persuasion_quick
 
-ARMS = ("single", "vs", "cotrain", "population")
+ARMS = ("single", "temperature", "cotrain", "population")
 ROOT = "runs/p4g"
 SIMULATOR = ROOT + "/persuadee_s0"
 HELD_OUT = (ROOT + "/persuadee_s1", ROOT + "/persuadee_half1")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
-VS_SPEC = "pick:k=5,pick=uniform:"
+PICK_SPEC = "pick:k=5,pick=uniform:"
 
 
 def get_config(arm: str = "single") -> ml_collections.ConfigDict:
@@ -56,7 +59,7 @@ def get_config(arm: str = "single") -> ml_collections.ConfigDict:
   simulator = ml_collections.FieldReference(SIMULATOR)
   c.simulator = simulator
   del c.rl["opponent"], c.online_eval["opponent"]  # Unlink grpo's one shared opponent reference.
-  c.rl.opponent = VS_SPEC + simulator if arm == "vs" else simulator
+  c.rl.opponent = PICK_SPEC + simulator if arm == "temperature" else simulator
   c.rl.opponent_temperature = SINGLE_TEMPERATURE if arm == "single" else 1.0
   c.online_eval.opponent = simulator
   c.online_eval.held_out = HELD_OUT

@@ -9,8 +9,8 @@
 
 The model, task and layout of bc_persuasion_quick.py, started from its BC
 persuader (`model.init_from`), which also becomes the frozen KL reference.
-Scenarios are the personas of the held-in dialogues (ilql_dialogue/
-persuasion_env.py, seeds 100000 + rollout index); the persuader opens, the
+Scenarios are the personas of the held-in dialogues (domains/
+persuasion/environment.py, seeds 100000 + rollout index); the persuader opens, the
 persuadee workdir answers and ends by stating its donation
 (`[donate] X [/donate]`, which its BC task trains), and the reward is that
 donation / 2. Each rollout batch is 4 scenarios x 4 rollouts, one pass of 2

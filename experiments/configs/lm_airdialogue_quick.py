@@ -22,7 +22,7 @@ def get_config() -> ml_collections.ConfigDict:
   c = bc_airdialogue_quick.get_config()
   c.task.update(role="lm", max_length=512)
   with c.task.unlocked():
-    # One kind per step, cycled (tasks/airdialogue_lm.py). Measured (docs/RESULTS.md): with
+    # One kind per step, cycled (domains/airdialogue/lm_task.py). Measured (docs/RESULTS.md): with
     # "names" the closing turn copies half the names after 1,000 updates; with scenes in
     # their place ("agent,scene,repeat,customer,scene,repeat") none before 3,750.
     c.task.mixture = "agent,names,repeat,customer,scene,names"

@@ -21,7 +21,7 @@ from experiments.configs import collapse_airdialogue_quick
 
 # The simulator-collapse arms: GRPO updates each (6 rollout batches of 8 scenarios x 4), a
 # pool member every POOL_EVERY updates (so that Population plays several in so few), held-out
-# scenarios per agent x customer. Sized to make run's 20 minutes: 6.4 of its 19.2 (RESULTS.md).
+# scenarios per agent x customer. Sized to fit make run's time budget (docs/RESULTS.md).
 ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
 ARM_VALIDATION_DIALOGUES = 32  # The arms' one evaluation against the learned customer.
 # What tables and report.json call a run whose name says less than what it is (the run keeps
@@ -79,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.training = ml_collections.ConfigDict(dict(
       # Validation scenarios per evaluation (seed 2000) that pick each agent's checkpoint: at
       # 32 (s.e. ~0.08) one CALM seed of three was picked at a step that copies names 0.58 of
-      # the time (docs/RESULTS.md, "CALM's ablation table"); 256 cost seconds per evaluation.
+      # the time (docs/RESULTS.md, "CALM's ablation table"); 256 cost little per evaluation.
       online_dialogues=256,
   ))
   # (agent, customer): run names or party specs (ilql_dialogue/party_spec.py).

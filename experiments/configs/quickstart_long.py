@@ -1,5 +1,5 @@
 """`make run`'s pipeline at the budget its targets take: the same stages and models, trained
-10-40x longer (docs/RESULTS.md, "make run at ten times its budget", measured on a GPU).
+longer (docs/RESULTS.md, "make run at ten times its budget").
 
     python -m experiments.pipeline --config=experiments/configs/quickstart_long.py \
         --workdir=runs/quickstart_long
@@ -10,7 +10,7 @@
     # customer's ceiling is its data (it memorizes 3,000 dialogues from 2,000 updates on)
     python -m experiments.pipeline --config=experiments/configs/quickstart_long.py:customer_data \
         --workdir=runs/quickstart_long_data
-    # item 6's three targets in one report: the whole pipeline on that corpus and customer
+    # make run's three targets in one report: the whole pipeline on that corpus and customer
     python -m experiments.pipeline --config=experiments/configs/quickstart_long.py:targets \
         --workdir=runs/quickstart_targets
 

@@ -1,39 +1,30 @@
 """Batched KV-cache decoding: prefill, multi-turn append, and a `lax.while_loop` sampler.
 
-The decoding state is a pytree (`DecodeState`) that every entry point takes
-and returns, with the state argument donated to `jit`: XLA writes new keys and
-values into the preallocated cache buffer in place instead of building a new
-cache every step, and the whole decode loop is one `lax.while_loop` that
-never returns to Python.
+The decoding state is a pytree (`DecodeState`) that every entry point takes and returns,
+donated to `jit`: XLA writes new keys and values into the preallocated cache in place, and the
+whole decode loop is one `lax.while_loop` that never returns to Python.
 
-Rows are aligned by cache slot, not by position: every call writes its block
-at the same slots for all rows (one scalar `cache.index`), padding slots are
-marked invalid and never attended to, and each row's position ids count only
-its real tokens. So left or right padding, and turns of different lengths
-appended to different rows, decode exactly like each row alone.
+Rows are aligned by cache slot, not by position: every call writes its block at the same slots
+for all rows (one scalar `cache.index`), padding slots are marked invalid and never attended
+to, and each row's position ids count only its real tokens. So left or right padding, and turns
+of different lengths appended to different rows, decode exactly like each row alone.
 
-Everything a caller may vary between calls without recompiling is traced:
-temperature, top-k, top-p, stop ids, per-row length limits, the pad id and any
-logits processor's arrays or modules. Static: shapes, `max_new_tokens`, the
-processor's type/structure, the cache length and the attended window.
+Traced, so varying them never recompiles: temperature, top-k, top-p, stop ids, per-row length
+limits, the pad id and any logits processor's arrays or modules. Static: shapes,
+`max_new_tokens`, the processor's type/structure, the cache length and the attended window.
 
-Every call attends only over the filled part of the cache: it runs on a
-window of the first slots up to the last one it can write, rounded up to
-`ATTEND_BUCKET` times a power of two (one compile per bucket, so at most a
-handful per dialogue), copied out once and written back once. A cache sized
-for a whole episode then costs each prefill, append and decode step only
-what the history so far holds. The layers decode from
-per-layer parameters sliced once before the loop (`hoisted_layers`).
+Every call attends only over the filled part of the cache: a window of the first slots up to
+the last one it can write, rounded up to `ATTEND_BUCKET` times a power of two (one compile per
+bucket), so a cache sized for a whole episode costs each step only what the history holds. The
+layers decode from per-layer parameters sliced once before the loop (`hoisted_layers`).
 
-Randomness: `rng` is one key for the batch, or B keys (one per row, a
-typed key array of shape [B]); with per-row keys a row's draws depend on its
-own key only, so a row samples the same tokens whatever batch it is in.
+Randomness: `rng` is one key for the batch, or B keys (a typed key array of shape [B]); with
+per-row keys a row samples the same tokens whatever batch it is in.
 
-Log-probs: each returned log-prob is that of the chosen token under the
-distribution it was drawn from: softmax of the processed logits (the hook,
-then temperature, top-k, top-p), renormalised over the kept tokens. Greedy
-rows (temperature <= 0) use temperature 1 in that formula, so their log-probs
-are the processed model's, not a degenerate 0.
+Log-probs: each is that of the chosen token under the distribution it was drawn from: softmax
+of the processed logits (the hook, then temperature, top-k, top-p), renormalised over the kept
+tokens. Greedy rows (temperature <= 0) use temperature 1 there, so their log-probs are the
+processed model's, not a degenerate 0.
 """
 
 from __future__ import annotations
@@ -150,10 +141,9 @@ def _absorb_in_window(model: Any, state: DecodeState, tokens_BxT: jax.Array,
                      window: int) -> DecodeState:
   """`_absorb_block` over the cache's first `window` slots, which hold every slot it writes.
 
-  The block's queries attend over the window instead of the whole buffer.
-  Over the whole of a cache sized for an episode (1,024 slots, as in
-  rollouts), a 32-token prefill at batch 64 took 0.82 s against 0.21 s with a
-  128-slot cache, attending over empty slots (docs/BENCHMARKS.md).
+  The block's queries attend over the window instead of the whole buffer, so a
+  cache sized for a whole episode does not make each call pay for its empty
+  slots (measured in docs/BENCHMARKS.md).
   """
   full_cache = state.cache
   state = _absorb_block(model, full_cache.window(window), state.last_hidden_BxD,

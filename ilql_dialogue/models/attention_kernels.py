@@ -41,8 +41,8 @@ def resolve(impl: str, compute_dtype: jnp.dtype, length: int = 0) -> str:
   """The concrete kernel `impl` means on the default backend for `length` slots.
 
   cuDNN's flash kernel differentiates a masked block only when its length is
-  even (jax raises "Unsupported sequence length" in the gradient otherwise,
-  measured on an H200), so `auto` takes xla for odd lengths.
+  even (jax raises "Unsupported sequence length" in the gradient otherwise),
+  so `auto` takes xla for odd lengths.
   """
   if impl != "auto":
     return impl
@@ -106,11 +106,11 @@ def _softmax_attention_fused_grad(q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, visible_TxS, 
   The softmax's backward needs each query row's sum_s p_s dp_s, which is
   do . out: a [M, H] product instead of a pass over the [M, S] scores; and
   the mask is not read again, since p is exactly 0 wherever a row that sees
-  some key was masked. Measured 1.3-1.4x faster for the whole attention,
-  forward and backward, on CPU (docs/BENCHMARKS.md). The gradient is the
-  reference's for any cotangent that is zero on rows that see no key at all
-  (padding queries, whose junk output nobody reads): zeroing those rows here
-  as well cost 6-9% of the attention's time.
+  some key was masked: faster for the whole attention, forward and backward,
+  on CPU (measured in docs/BENCHMARKS.md). The gradient is the reference's for
+  any cotangent that is zero on rows that see no key at all (padding queries,
+  whose junk output nobody reads); those rows are not zeroed here, which would
+  cost time for nothing.
   """
   return _softmax_attention(q_BxKxMxH, k_BxKxSxH, v_BxKxSxH, visible_TxS, valid_BxS)[0]
 

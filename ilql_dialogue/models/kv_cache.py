@@ -2,13 +2,13 @@
 
 Layout: a tuple of L arrays [B, K, S, H] per keys and values (kv heads before
 slots, so attention over a layer's cache is a plain batched matmul; with
-slots before heads XLA:CPU transposed the whole cache on every decode step).
+slots before heads XLA:CPU would transpose the whole cache every decode step).
 
 One buffer per layer, not one [L, B, K, S, H] array: the trunk's cached path
 runs its layers as straight-line code, and each layer reads and updates its
-own buffer directly. With a stacked array, a layer scan copied every layer's
-slice out of the cache on every decode step (31-38% of decode time at batch
-64, docs/BENCHMARKS.md). Each layer writes its new slots with one
+own buffer directly, where a layer scan over a stacked array copies every
+layer's slice out of the cache on every decode step (measured in
+docs/BENCHMARKS.md). Each layer writes its new slots with one
 `dynamic_update_slice` before attending; under `jit` with the cache donated
 that write happens in place, so a step costs O(new tokens) in writes. One
 scalar `index` serves the whole batch (rows are aligned by slot, padding is

@@ -52,8 +52,8 @@ def dense(x: jax.Array, kernel: jax.Array, *, n_in: int = 1, transposed: bool = 
   Computed as one 2-D matmul over x's flattened leading axes. Why: with the
   leading [B, T] axes kept, XLA:CPU computes the weight gradient of
   `x_BxTxD @ W` as a dot of two transposed operands, after physically
-  transposing the output gradient; that dot alone was 3.2x slower than the
-  same product with one operand transposed (docs/BENCHMARKS.md). Flattened,
+  transposing the output gradient, a dot much slower than the same product
+  with one operand transposed (measured in docs/BENCHMARKS.md). Flattened,
   the weight gradient is a plain [N, I]^T [N, O] product. The reshapes merge
   whole axes, so a batch sharded over the mesh stays sharded.
   """
@@ -82,11 +82,11 @@ def _matmul(x_NxI: jax.Array, kernel_2d: jax.Array, transposed: bool,
 def _matmul_cpu(x_NxI, kernel_2d, transposed, preferred_element_type):
   """`_matmul`, with the kernel's gradient computed in the layout XLA:CPU is fast at.
 
-  The gradient [R, C] is a product A^T B contracting the N rows. XLA:CPU's
-  matmul (YNNPACK) ran that 1.8-1.9x slower when R > C (an MLP's down
-  projection, the tied embedding) than the [C, R] product B^T A, transposed
-  afterwards; the barrier keeps XLA from folding that transpose back into
-  the dot. Measured in docs/BENCHMARKS.md.
+  The gradient [R, C] is a product A^T B contracting the N rows. When R > C
+  (an MLP's down projection, the tied embedding) XLA:CPU's matmul (YNNPACK)
+  is slower at it than at the [C, R] product B^T A transposed afterwards
+  (measured in docs/BENCHMARKS.md); the barrier keeps XLA from folding that
+  transpose back into the dot.
   """
   return _matmul(x_NxI, kernel_2d, transposed, preferred_element_type)
 

@@ -19,26 +19,20 @@ Documented details of that contract:
   * Slots of padded tokens are written to the cache but marked invalid, so
     they are never attended to.
 
-Deviations from the first draft of the contract, kept minimal:
-  * KVCache holds one [B, K, S, H] buffer per layer (`k_BxKxSxH`, `v_BxKxSxH`
-    are tuples), not one [L, B, S, K, H] array: see models/kv_cache.py.
-  * ModelConfig has a few extra fields with defaults: attn_out_bias and
-    mlp_bias (GPT-2; Llama's attention_bias / mlp_bias), remat_policy,
-    prefix_field_vocab_sizes / prefix_num_rows (models.prefix), init_std,
-    and the speed knobs attention_impl, attention_block, unroll_layers.
+KVCache holds one [B, K, S, H] buffer per layer (`k_BxKxSxH`, `v_BxKxSxH` are
+tuples), not one [L, B, S, K, H] array: see models/kv_cache.py.
 
 The layers are one `Block` module created under `nnx.vmap` (every parameter
 has a leading "layers" axis). Without a cache (training, scoring) they run
 under `jax.lax.scan`, unrolled by default (`cfg.unroll_layers`): the scan
 keeps one trace of the body, and unrolling lets XLA give each layer its own
 activation buffers instead of stacking them and slicing them back out in the
-backward pass (measured ~8% of a CPU training step). With `cfg.remat` each
-layer is recomputed on the backward pass under the configured
-`jax.checkpoint_policies` policy ("dots_saveable" measured ~10% faster than no
-remat for training on 2 CPU cores, because it stores less). With a cache (prefill, append, decode) the
-layers are a Python loop: each reads and updates its own cache buffer in
-place, which a scan over stacked layers cannot do without copying every
-layer's slice out on every step.
+backward pass. With `cfg.remat` each layer is recomputed on the backward pass
+under the configured `jax.checkpoint_policies` policy ("dots_saveable" stores
+less, and trains faster than no remat on CPU). With a cache
+(prefill, append, decode) the layers are a Python loop: each updates its own
+cache buffer in place, which a scan over stacked layers cannot do without
+copying every layer's slice out on every step.
 """
 
 from __future__ import annotations
@@ -210,7 +204,7 @@ def hoisted_layers(model: nnx.Module) -> Iterator[None]:
 
   For a `lax.while_loop` traced inside it: XLA:CPU does not hoist the slices
   out of the loop, so without this each decode step copies every layer's
-  weights out of the stacked tree (12% of decode time at batch 64).
+  weights out of the stacked tree.
   """
   hoisted = {id(node): node.layer_blocks() for _, node in nnx.iter_graph(model)
              if isinstance(node, Transformer)}
