@@ -203,6 +203,27 @@ def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogu
   assert ("bc_agent" in config.runs) == (part in ("all", "targets"))
 
 
+def test_bc_with_the_tracker_differs_from_calm_only_in_relabeling_and_scenes(tmp_path):
+  """quickstart_bc_tracker: BC given CALM's tracker is calm_agent's run without relabeling and
+  without scene batches, same updates and start; each seed trains and plays both."""
+  from experiments.configs import quickstart_bc_tracker
+
+  config = quickstart_bc_tracker.get_config("2")
+  pipeline_lib.validate(config, str(tmp_path / "run"))
+  workdir = str(tmp_path / "run")
+  calm = pipeline_lib.run_config(config, "calm_agent", workdir)
+  tracker = pipeline_lib.run_config(config, "bc_tracker_agent", workdir)
+  assert (calm.calm_data.relabel, calm.calm_data.scene_every) == (True, 2)
+  assert (tracker.calm_data.relabel, tracker.calm_data.scene_every) == (False, 0)
+  assert tracker.task.root != calm.task.root  # Its own corpus: not relabeled.
+  for field in ("algorithm", "model", "train", "planning", "optim"):
+    assert tracker[field].to_dict() == calm[field].to_dict(), field
+  assert pipeline_lib.run_config(config, "calm_agent_s1", workdir).seed == 1
+  assert {p for p in config.evaluation.pairs if p[0].startswith(("bc_tracker", "calm_agent_s"))} == {
+      (run, customer) for run in ("bc_tracker_agent", "bc_tracker_agent_s1", "calm_agent_s1")
+      for customer in ("scripted:volunteer", "scripted:volunteer/held_out")}
+
+
 def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path, monkeypatch):
   """The pipeline keeps each pair's summary with the checkpoints it played: a run retrained to
   the same step (other files) is evaluated again, never reported from the older summary."""
