@@ -15,7 +15,7 @@ import cotraining_toy as toy
 from cotraining import cotrain, experience, launch, population
 from cotraining.policy import PolicyWithReference
 from ilql_dialogue import registry, train_loop
-from test_cotraining_cotrain import compile_once, cotrain_config, restore, user  # noqa: F401
+from test_cotraining_cotrain import cotrain_config, restore, user
 from test_cotraining_learning import Crashing
 
 

@@ -190,7 +190,7 @@ def summarize_environment(env: Any, episodes: Sequence[Any]) -> dict[str, Any]:
 def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, opponent: str, *,
                         num_dialogues: int = 64, seed: int = 2000, batch_size: int = 16,
                         max_turns: int = 24, include_context: bool = True,
-                        serialize_context: mdp.SerializeContext = to_dialogue.serialize_context,
+                        serialize_context: mdp.SerializeContext = mdp.json_context,
                         opponent_options: Mapping[str, Any] | None = None,
                         **lm_options: Any):
   """An EvalFn that plays the model being trained, as `role`, in any environment
