@@ -1,14 +1,16 @@
-"""Shared by every test file: where the Persuasion for Good corpus is, and JAX's compile cache.
+"""Shared by every test file: where the Persuasion for Good corpus is, and how JAX compiles.
 
 The corpus is not part of the repository. Tests that read it take the `p4g_data_dir` fixture,
 which is $P4G_DATA_DIR and skips the test, saying what to set, when that names no corpus. A
-checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the repository (as
-.ci/run does) needs no setting: with P4G_DATA_DIR unset, the tests use that folder if it exists.
+checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the repository
+(where .ci/run points P4G_DATA_DIR) needs no setting: with P4G_DATA_DIR unset, the tests use
+that folder if it exists.
 
 Compiling dominates the suite on CPU, so the tests compile at XLA's backend optimization level
-0 (set in XLA_FLAGS unless it names a level already), which compiles the tiny models' programs
-in about half the time and runs them no slower at these sizes; the multi-device and
-multi-process tests' subprocesses already did. Many files also compile the very same programs
+0 (set in XLA_FLAGS unless it names a level already, and inherited by the subprocesses tests
+start), as the multi-device and multi-process tests' subprocesses always did: it compiles in
+about half the time, and at the tests' model sizes the slower code costs far less than that
+saves (the suite's CPU time falls by about 40%). Many files also compile the very same programs
 (the tiny models' train steps, decoders, losses), so the session shares one persistent JAX
 compilation cache, every compile cached however short: a folder made for the session (the
 pytest-xdist workers and the subprocesses tests start inherit it through the environment, as
