@@ -116,7 +116,7 @@ def online_eval(task, config: ml_collections.ConfigDict) -> train_loop.EvalFn | 
   env = None  # AirDialogue's evaluation builds its own scenarios (and plays CALM's head).
   if env_name != "airdialogue":
     env_config = ml_collections.ConfigDict((rl or online).to_dict())
-    env_config.split = online.get("split", "eval")
+    env_config.split = online.get("split", "validation")  # Never the test split's people.
     spec = registry.task(env_name)
     if spec.make_env is None:
       raise ValueError(f"config.online_eval: task {env_name!r} has no environment")

@@ -21,7 +21,10 @@ def _check_data(task_config: ml_collections.ConfigDict, where: str) -> None:
   """The corpus the task's datasets are built from exists, unless they are built."""
   if all(os.path.isfile(p) for p in task.corpus_paths(task_config.root).values()):
     return
-  data_dir = task_config.get("data_dir") or loader.default_data_dir()
+  try:
+    data_dir = loader.resolve_data_dir(task_config.get("data_dir") or None)
+  except loader.MissingCorpusError as e:
+    raise ValueError(f"{where}.task.data_dir: {e}") from None
   for name in (loader.FULL_DIALOG, loader.FULL_INFO):
     if not os.path.isfile(os.path.join(data_dir, name)):
       raise ValueError(f"{where}.task.data_dir={data_dir}: {name} missing; not a Persuasion "
