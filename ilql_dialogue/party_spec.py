@@ -22,7 +22,7 @@ import re
 import types
 from typing import Any, Mapping
 
-from ilql_dialogue import registry
+from ilql_dialogue import init_from, registry
 
 CHECKPOINT, CLASS = "checkpoint", "class"
 CLASS_RE = re.compile(r"^(?P<target>[A-Za-z_][\w.]*:[A-Za-z_]\w*)(?:\?(?P<options>.*))?$")
@@ -49,14 +49,6 @@ class PartySpec:
 
   def __str__(self) -> str:
     return self.text
-
-
-def split_step(text: str) -> tuple[str, int | None]:
-  """'DIR@STEP' -> (DIR, STEP); 'DIR' -> (DIR, None)."""
-  path, sep, step = text.rpartition("@")
-  if sep and step.isdigit():
-    return path, int(step)
-  return text, None
 
 
 def parse_options(spec: str, text: str, types_: Mapping[str, Any], what: str = "") -> dict[str, Any]:
@@ -111,7 +103,7 @@ def parse(text: str) -> PartySpec:
         raise ValueError(f"party spec {text!r}: class option {item!r} is not name=value")
       options[name] = _literal(value)
     return PartySpec(text, CLASS, match["target"], types.MappingProxyType(options))
-  workdir, step = split_step(text)
+  workdir, step = init_from.split_step(text)
   return PartySpec(text, CHECKPOINT, workdir, step=step)
 
 
