@@ -17,7 +17,8 @@ plus two small pieces:
                 to the 63 logits; `head="state"` (calm/state.py) tracks the customer's intent
                 and solves the official rules under it, so it can only get wrong what the
                 customer said; `head="pooled"` is the state head whose fields each attend over
-                every state up to the marker.
+                every state up to the marker; `head="shared"` the same with each return field
+                reading its departure field's values (calm/state.py SHARED_READINGS).
 
 The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens (the LM is the policy
 on agent turns and the dynamics model on customer turns), plus `action_head_weight` times the
@@ -58,7 +59,7 @@ BITS = 32
 NUM_REWARDS = 2  # Reward token values: 0 (failure), 1 (success).
 
 
-HEADS = ("linear", "state", "pooled")
+HEADS = ("linear", "state", "pooled", "shared")
 
 
 class CALMModel(nnx.Module):
@@ -79,7 +80,8 @@ class CALMModel(nnx.Module):
                               (None, "embed"), cfg.weight_dtype)
     self.action_head = (
         Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim) if head == "linear"
-        else state.StateHead(cfg, rngs=rngs, pooled=head == "pooled"))
+        else state.StateHead(cfg, rngs=rngs, pooled=head in ("pooled", "shared"),
+                             shared=head == "shared"))
 
   def embed_prefix(self, fields_BxPxF: jax.Array, reward_B: jax.Array | None = None
                    ) -> jax.Array:

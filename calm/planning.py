@@ -18,6 +18,13 @@ at the block's `[action]` marker (calm/model.py): the head reads the whole table
 the LM spells a flight number token by token; it has no name class. A block that does not parse
 is said as written. The party's cache keeps what the LM wrote.
 
+Asking (`ask=P`, act=head): before each agent turn the state head reads the dialogue so far
+(at the agent's speaker token) and, unless every field the closing action needs (goal,
+airports, dates) has a value it believes with probability >= P, the `[action]` marker is
+forbidden for that row this turn: the LM has to say something else, which after its training
+is a question. The tracker's posterior decides *whether* the agent may close, the LM *what* it
+asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions). 0: no gate.
+
 Score (`score`), both computed by one call (`rollout_scores`):
 
   reward_token  (default) log p(continuation | reward 1) - log p(continuation | reward 0) over
@@ -53,7 +60,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calm import actions, model as calm_model
+from calm import actions, model as calm_model, state
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.dialogue import Turn
 from domains.airdialogue.parties import AGENT, CUSTOMER
@@ -68,9 +75,14 @@ from ilql_dialogue.models.lm_loss import token_cross_entropy
 
 SCORES = ("reward_token", "head")
 ACTS = ("lm", "head")
-DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm")
+DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
+                ask=0.0)
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
-                   greedy="greedy_candidate", margin="margin", act="action")
+                   greedy="greedy_candidate", margin="margin", act="action", ask="ask")
+# The fields a closing action needs the customer to have said (calm/state.py TRACKED).
+ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
+              "return_month", "return_day")
+ASK_TURNS = 8  # Agent turns after which the gate no longer holds the action back.
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
 # LMParty's per-row records besides its cache and keys (LMParty.reset).
 _ROW_FIELDS = ("generated_ids", "token_ids", "sampled", "logprobs",
@@ -168,6 +180,20 @@ def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens
   return model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
 
 
+@jax.jit
+def tracker_confidence(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
+                       mask_BxT: jax.Array, position_B: jax.Array) -> jax.Array:
+  """confidence_B: over ASK_FIELDS, the smallest probability the state head gives its own
+  argmax value, reading each row's dialogue up to position_B (calm/state.py)."""
+  hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
+                          prefix_BxPxD=model.embed_prefix(fields_BxPxF))
+  log_p = state.on_table(model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B),
+                         fields_BxPxF)
+  names = state.TRACKED_NAMES
+  best_BxK = jnp.stack([jnp.max(log_p[names.index(f)], axis=-1) for f in ASK_FIELDS], axis=1)
+  return jnp.exp(jnp.min(best_BxK, axis=1))
+
+
 def scoring_length(longest: int, max_len: int) -> int:
   """Histories and suffixes are scored padded to a multiple of SCORE_BUCKET: a bounded
   number of compiles (max_len / SCORE_BUCKET per axis), at most SCORE_BUCKET - 1 wasted
@@ -196,7 +222,7 @@ class CALMPlanner:
 
   def __init__(self, party: LMParty, n: int = 1, m: int = 1, h: int = 6,
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
-               margin: float = 0.0, act: str = "lm"):
+               margin: float = 0.0, act: str = "lm", ask: float = 0.0):
     if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -211,8 +237,13 @@ class CALMPlanner:
                        "greedy candidate (greedy=1)")
     if act not in ACTS:
       raise ValueError(f"CALM action {act!r}: expected one of {ACTS}")
+    if not 0.0 <= ask < 1.0 or (ask and (act != "head" or n > 1)):
+      raise ValueError(f"CALM ask={ask}: a probability in [0, 1), used with act=head and n=1 "
+                       "(the state head's posterior gates the LM's own replies)")
+    if ask and not isinstance(party.decoder.action_head, state.StateHead):
+      raise ValueError("CALM ask needs a state head (algorithm.head=state or pooled)")
     self.party, self.n, self.m, self.h, self.score, self.act = party, n, m, h, score, act
-    self.greedy, self.margin = bool(greedy), float(margin)
+    self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
     self.role = party.role
     self.replicas = n * m if n > 1 else 1
     tok = party.tokenizer
@@ -223,7 +254,9 @@ class CALMPlanner:
     width = -(-max(map(len, forbidden.values())) // FORBID_WIDTH) * FORBID_WIDTH
     self._forbid = {role: _forbid(ids, width) for role, ids in forbidden.items()}
     self._open_marker = tok.marker_ids[action_grammar.OPEN_TAG]
+    self._close_marker = tok.marker_ids[action_grammar.CLOSE_TAG]
     self._batch = 0
+    self.held_back = 0  # Agent turns whose action the gate held back since reset.
 
   def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
     if len(contexts) != len(seeds):
@@ -239,6 +272,8 @@ class CALMPlanner:
     self._keys = jax.vmap(jax.random.key)(jnp.asarray(
         [_seed(s, _IMAGINE_STREAM, j) % 2**32 for s in seeds for j in range(r)], jnp.uint32))
     self._batch, self._turn = len(seeds), 0
+    self.held_back = 0
+    self._base_hook = self.party._batch_hook
     self.candidates: list[list[str] | None] = [None] * len(seeds)
     self.scores: list[list[float] | None] = [None] * len(seeds)
     self.picked: list[int | None] = [None] * len(seeds)
@@ -253,6 +288,8 @@ class CALMPlanner:
 
   def _plan(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     batch, r = self._batch, self.replicas
+    if self.ask:
+      self._gate(histories)
     replies_R = self.party.respond([h for h in histories for _ in range(r)])
     self._turn += 1
     self.candidates, self.scores, self.picked = [None] * batch, [None] * batch, [None] * batch
@@ -278,6 +315,29 @@ class CALMPlanner:
       replies[b] = replies_R[b * r + j * m]
     self._sync(picks)
     return replies
+
+  def _gate(self, histories: Sequence[Sequence[Turn] | None]) -> None:
+    """Forbids `[action]` this turn in every live row whose tracker is not yet confident
+    (module docstring, Asking). n = 1 here: one replica per row."""
+    party, tok = self.party, self.party.tokenizer
+    live = [b for b, h in enumerate(histories) if h is not None and not party._ended[b]]
+    hold_B = np.zeros(self._batch, bool)
+    if live and self._turn < ASK_TURNS:
+      rows = [party.token_ids[b] + (party._new_tokens(b, histories[b]) if b in live else [])
+              for b in range(self._batch)]
+      tokens_BxT, mask_BxT = padded(
+          rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
+      position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
+      confidence_B = np.asarray(tracker_confidence(
+          party.decoder, jnp.asarray(party.prefix_fields_BxPxF), tokens_BxT, mask_BxT,
+          position_B))
+      hold_B[live] = confidence_B[live] < self.ask
+    base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
+    markers_Bx2 = np.where(hold_B[:, None], [[self._open_marker, self._close_marker]], -1)
+    party._batch_hook = lp.ForbidTokens.of(np.concatenate(
+        [np.broadcast_to(base, (self._batch, base.shape[-1])), markers_Bx2,
+         np.full((self._batch, FORBID_WIDTH - 2), -1)], axis=1))
+    self.held_back += int(hold_B.sum())
 
   def _act_from_head(self, replies: list[str | None]) -> list[str | None]:
     """`replies` with each parsed action block's status and flight the head's (module
@@ -403,7 +463,7 @@ class CALMPlanner:
 
 
 OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
-           "margin": float, "act": str}
+           "margin": float, "act": str, "ask": float}
 
 
 def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:

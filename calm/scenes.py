@@ -1,9 +1,9 @@
 """CALM's task pretraining inside its own run: generator scenes with the action head's targets.
 
-A scene (domains/airdialogue/lm_task.scene) is the table prefix, one customer turn
-that states the whole intent (the volunteer's opening) and the agent's
-closing block holding the expected action: the decision the agent has to
-make, without the dialogue around it. The dialogue LM's stream already
+A scene (domains/airdialogue/lm_task.scene) is the table prefix and the oracle
+agent's whole dialogue with a customer of a drawn style and training phrasing
+family, up to its closing block holding the expected action: the decision
+the agent has to make, read from a dialogue like those it will meet. The dialogue LM's stream already
 holds scenes for the LM; here they also carry the action head's columns
 (calm/model.py: `action_position`, the expected classes, reward 1), so the
 head learns the decision from as many tables as the run asks for and not

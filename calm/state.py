@@ -28,6 +28,12 @@ state tracking):
 
 So what the head cannot get wrong is the search; what it can get wrong is
 what the customer said, which is the dialogue's half of the task.
+
+The solver weighs the airports among the table's (`on_table`): the generator
+(and the official one) draws a scenario's airports and every flight's from
+the same three candidates, so an airport no flight serves cannot be the
+customer's. The tracker is still trained on all airports: trained on the
+three alone, it stayed at chance for 400 updates (docs/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ TRACKED = (
     ("airline_preference", 3),  # 0 none, 1 normal-cost, 2 low-cost.
 )
 TRACKED_NAMES = tuple(name for name, _ in TRACKED)
+# The pooled head's per-position readings a return field shares with its departure field: "LGA"
+# or "18" says the same value on either leg; which mention is which leg is the attention's job.
+SHARED_READINGS = {"return_airport": "departure_airport", "return_month": "departure_month",
+                   "return_day": "departure_day", "return_time": "departure_time"}
 COST_CLASSES = ("normal-cost", "low-cost")
 
 
@@ -119,8 +129,9 @@ def _gather(log_p_BxV: jax.Array, code_BxP: jax.Array) -> jax.Array:
 
 def solve(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> jax.Array:
   """logits_BxA (log probabilities of the 63 actions) of the official rules under independent
-  tracked posteriors `log_p` (one [B, V] per TRACKED field, log-normalized)."""
-  p = dict(zip(TRACKED_NAMES, log_p))
+  tracked posteriors `log_p` (one [B, V] per TRACKED field, log-normalized); the airports
+  weighed among the table's (`on_table`)."""
+  p = dict(zip(TRACKED_NAMES, on_table(log_p, fields_BxPxF)))
   f = lambda name: fields_BxPxF[..., FIELD[name]]
   is_flight_BxP = f("row_type") == airdialogue.ROW_FLIGHT
   ok = [_gather(p[name], f(name)) for name in (
@@ -161,6 +172,24 @@ def solve(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> jax.Array:
   ], axis=1)
 
 
+AIRPORT_FIELDS = ("departure_airport", "return_airport")
+OFF_TABLE = -30.0  # Log-weight of an airport the table does not serve.
+
+
+def on_table(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> list[jax.Array]:
+  """The tracked posteriors with each airport field renormalized over "none" and the airports
+  the table's flights serve (module docstring)."""
+  is_flight_BxP = fields_BxPxF[..., FIELD["row_type"]] == airdialogue.ROW_FLIGHT
+  size = len(context_lib.AIRPORTS) + 1
+  served_BxV = jnp.zeros((fields_BxPxF.shape[0], size), bool).at[:, 0].set(True)
+  for name in AIRPORT_FIELDS:
+    codes_BxP = jnp.where(is_flight_BxP, fields_BxPxF[..., FIELD[name]], 0)
+    served_BxV |= jnp.any(codes_BxP[..., None] == jnp.arange(size), axis=1)
+  weight_BxV = jnp.where(served_BxV, 0.0, OFF_TABLE)
+  return [jax.nn.log_softmax(x + weight_BxV, axis=-1) if name in AIRPORT_FIELDS else x
+          for name, x in zip(TRACKED_NAMES, log_p)]
+
+
 def marker_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
   """hidden_BxD at each row's `[action]` marker (the first token's where it has none, -1)."""
   index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
@@ -179,11 +208,15 @@ class StateHead(nnx.Module):
   dialogue state trackers (TRADE): the customer's "to MSY" makes the state at
   "MSY" propose the return airport, a local reading a small trunk can do, and
   the field's attention learns which of the dialogue's mentions to trust.
+  `shared=True` gives a return field its departure field's readings
+  (SHARED_READINGS), as TRADE shares its copy mechanism across slots: the
+  readings are learned once, from both legs' labels.
   """
 
-  def __init__(self, cfg, *, rngs: nnx.Rngs, pooled: bool = False):
+  def __init__(self, cfg, *, rngs: nnx.Rngs, pooled: bool = False, shared: bool = False):
     self.dtype = cfg.compute_dtype
     self.pooled = pooled
+    self.shared = shared and pooled
     self.sizes = tuple(size for _, size in TRACKED)
     self.kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, sum(self.sizes)),
                         ("embed", None), cfg.weight_dtype)
@@ -213,6 +246,9 @@ class StateHead(nnx.Module):
     log_attend_BxTxK = jax.nn.log_softmax(jnp.where(seen_BxT[..., None], scores_BxTxK, -jnp.inf),
                                           axis=1)
     values = jnp.split(self._dense(hidden_BxTxD, self.kernel, self.bias), splits, -1)
+    if self.shared:
+      values = [values[TRACKED_NAMES.index(SHARED_READINGS.get(name, name))]
+                for name in TRACKED_NAMES]
     return [jax.nn.logsumexp(log_attend_BxTxK[..., k, None] + jax.nn.log_softmax(v_BxTxV, -1),
                              axis=1) for k, v_BxTxV in enumerate(values)]
 

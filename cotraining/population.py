@@ -4,7 +4,7 @@ Against one simulator, even a co-trained one, the policy learns that
 simulator's habits (docs/METHODS.md, Online RL and Co-Training). The pool keeps the simulator as it was at
 several points of training, FIFO: up to `capacity` (10) members, one saved
 every `add_every` (16) steps, the oldest leaving when a new one joins. Before
-each rollout batch a member drawn uniformly plays the user.
+each rollout batch a drawn member plays the user (`draw`: every member once per round).
 
 Before each rollout batch at step s and index r, the caller does
 
@@ -112,10 +112,16 @@ class Population:
 
 
 def draw(seed: int, batch_index: int, num_members: int) -> int:
-  """The index of the member that plays in rollout batch `batch_index`: (seed, index) alone."""
+  """The index of the member that plays in rollout batch `batch_index`, from (seed, index) alone.
+
+  Batches come in rounds of `num_members`, each round a fresh permutation of the members: every
+  member plays once per round (a uniform draw per batch leaves some unplayed for long), and a
+  resumed run replays the same order.
+  """
+  round_index, slot = divmod(batch_index, num_members)
   rng = np.random.default_rng(np.random.SeedSequence(seed,
-                                                     spawn_key=(_SAMPLE_STREAM, batch_index)))
-  return int(rng.integers(num_members))
+                                                     spawn_key=(_SAMPLE_STREAM, round_index)))
+  return int(rng.permutation(num_members)[slot])
 
 
 class FixedPool:

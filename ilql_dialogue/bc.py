@@ -35,7 +35,8 @@ from ilql_dialogue.models.transformer import Transformer
 
 ModelFactory = Callable[[ml_collections.ConfigDict, nnx.Rngs], nnx.Module]
 PREFIX_FIELDS = "prefix_fields"  # Batch key of the structured context, int32 [B, P, F].
-NOT_ARCHITECTURE = ("init_from",)  # config.model keys that ModelConfig does not take.
+BORROW_FIELDS = ("borrow", "borrow_layers", "borrow_from")  # ilql_dialogue/init_from.py.
+NOT_ARCHITECTURE = ("init_from", *BORROW_FIELDS)  # config.model keys ModelConfig does not take.
 
 
 def model_config(config: ml_collections.ConfigDict) -> ModelConfig:

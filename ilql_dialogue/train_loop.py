@@ -15,8 +15,8 @@ Config fields read here (see experiments/configs/__init__.py for defaults):
          weight_decay, grad_clip_norm};
   selection.{metric, mode}: with a metric, every evaluation offers the state
     to checkpointing.BestCheckpoint (workdir/best), which keeps the best one;
-  model.init_from: a fresh run's language models start from that checkpoint
-    (ilql_dialogue/init_from.py).
+  model.init_from: a fresh run's language models start from that checkpoint, and
+    model.borrow from a pretrained GGUF model's knowledge (ilql_dialogue/init_from.py).
 """
 
 from __future__ import annotations
@@ -263,9 +263,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
     start = checkpointer.latest_step()
     if start is None:
       start, state = 0, training.init()
-      spec = (config.get("model") or {}).get("init_from")
-      if spec:
-        state = init_from.into_state(state, training.graphdef, spec)
+      state = init_from.starting_state(state, training.graphdef, config, workdir)
     else:
       state, meta = checkpointer.restore(start, training.restore_target())
       if meta["data_position"] != start:

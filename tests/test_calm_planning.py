@@ -238,3 +238,30 @@ def test_spec_options_and_errors():
     party_spec.parse("calm:k=4:/runs/calm")
   with pytest.raises(ValueError, match="is not a int"):
     party_spec.parse("calm:n=x:/runs/calm")
+
+
+def test_the_ask_gate_forbids_the_action_markers_where_the_tracker_is_unsure(tokenizer,
+                                                                               monkeypatch):
+  """`ask=P`: a row whose tracker believes the trip's fields below P may not open or close an
+  action block this turn; a confident row may. The gate reads the dialogue so far."""
+  c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
+  c.model.max_seq_len = 256
+  c.algorithm.head = "shared"
+  model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
+  party = LMParty(model, tokenizer, AGENT, include_context=False,
+                  prefix_fields=airdialogue.table_fields, max_new_tokens=6, max_positions=256)
+  read = []
+
+  def confidence(model, fields_BxPxF, tokens_BxT, mask_BxT, position_B):
+    read.append(np.asarray(position_B))
+    return jnp.asarray([0.2, 0.9])
+
+  monkeypatch.setattr(planning, "tracker_confidence", confidence)
+  planner = planning.CALMPlanner(party, act="head", ask=0.5)
+  _play(planner, max_turns=2)
+  markers = {tokenizer.marker_ids[t] for t in ("[action]", "[/action]")}
+  forbidden = np.asarray(party._batch_hook.token_ids_BxK)
+  assert markers <= set(forbidden[0].tolist()) and not markers & set(forbidden[1].tolist())
+  assert planner.held_back == 1 and len(read) == 1 and (read[0] > 0).all()
+  with pytest.raises(ValueError, match="ask"):
+    planning.CALMPlanner(untrained_party(tokenizer), act="lm", ask=0.5)

@@ -218,7 +218,7 @@ def test_selfplay_corpus_relabels_every_reachable_dialogue(corpus, tmp_path):
       reachable = ((before.intent.goal, before.action.status) in REACHABLE
                    and (not before.action.flights or solver.matching_flights(
                        before.intent, schema.FlightTable((_row(before.table, flight),)))[0]))
-      assert after.correct_sample is (reachable and name_ok)
+      assert after.correct_sample is bool(reachable and name_ok)
   outcomes = stats["outcomes"]
   assert sum(outcomes.values()) == stats["n"]
   assert {"relabeled", "wrong_name", "status_unreachable"} <= set(outcomes)

@@ -13,8 +13,8 @@ from test_calm_planning import tokenizer  # noqa: F401 (a fixture: tiny corpora'
 
 
 def test_scene_rows_target_the_action_their_block_writes(tokenizer):
-  batch = scenes.scene_batch(6, (1, 2, 3), tokenizer, max_length=256, kb_size=30)
-  again = scenes.scene_batch(6, (1, 2, 3), tokenizer, max_length=256, kb_size=30)
+  batch = scenes.scene_batch(6, (1, 2, 3), tokenizer, max_length=512, kb_size=30)
+  again = scenes.scene_batch(6, (1, 2, 3), tokenizer, max_length=512, kb_size=30)
   for name, array in batch.items():
     np.testing.assert_array_equal(array, again[name], err_msg=name)  # A pure function.
   expected_BxA = np.asarray(calm_model.expected_set(batch[calm_model.EXPECTED_LO],
@@ -37,7 +37,7 @@ def test_scenes_every_kth_batch_and_resume_exactly(tokenizer, monkeypatch, every
   monkeypatch.setattr(scenes, "scene_batch", lambda rows, entropy, *_: {"scene": entropy[2]})
   corpus = lambda first: iter({"corpus": k} for k in range(first, 10**6))
   config = ml_collections.ConfigDict(dict(
-      seed=0, train=dict(batch_size=4), task=dict(max_length=256),
+      seed=0, train=dict(batch_size=4), task=dict(max_length=512),
       calm_data=dict(scene_every=every)))
   from_step = scenes.with_scenes(corpus, config, tokenizer)
   uninterrupted = [next(b) for b in [from_step(0)] for _ in range(12)]
@@ -60,8 +60,8 @@ def test_no_scenes_is_the_corpus_stream(tokenizer):
 
 
 def test_swapped_tables_are_the_next_rows_and_their_actions_are_solved_again(tokenizer):
-  plain = scenes.scene_batch(6, (4, 5), tokenizer, max_length=256, kb_size=30)
-  swapped = scenes.scene_batch(6, (4, 5), tokenizer, max_length=256, kb_size=30, table_swap=1.0)
+  plain = scenes.scene_batch(6, (4, 5), tokenizer, max_length=512, kb_size=30)
+  swapped = scenes.scene_batch(6, (4, 5), tokenizer, max_length=512, kb_size=30, table_swap=1.0)
   np.testing.assert_array_equal(swapped[bc.PREFIX_FIELDS],
                                 np.roll(plain[bc.PREFIX_FIELDS], -1, axis=0))
   np.testing.assert_array_equal(state.batch_codes(swapped), state.batch_codes(plain))

@@ -79,12 +79,44 @@ def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
       np.testing.assert_array_equal(blanked[..., k], fields_BxPxF[..., k])
 
 
-def _head(pooled, d_model=48, seed=0):
+def _head(pooled, d_model=48, seed=0, shared=False):
   from flax import nnx
   import types
   cfg = types.SimpleNamespace(d_model=d_model, init_std=0.02, compute_dtype=jnp.float32,
                               weight_dtype=jnp.float32)
-  return state.StateHead(cfg, rngs=nnx.Rngs(seed), pooled=pooled)
+  return state.StateHead(cfg, rngs=nnx.Rngs(seed), pooled=pooled, shared=shared)
+
+
+def test_a_shared_head_reads_each_return_field_with_its_departure_fields_values():
+  """With one attention score everywhere, a field's posterior is the mean of its readings:
+  shared, the return fields' equal the departure fields'; unshared, they differ."""
+  from flax import nnx
+  rng = np.random.default_rng(2)
+  hidden = jnp.asarray(rng.normal(size=(2, 7, 48)), jnp.float32)
+  args = (hidden, jnp.ones((2, 7), bool), jnp.asarray([6, 4]))
+  for shared in (True, False):
+    head = _head(pooled=True, shared=shared)
+    head.kernel.set_value(jnp.asarray(rng.normal(0, 0.5, head.kernel.get_value().shape),
+                                      jnp.float32))
+    log_p = dict(zip(state.TRACKED_NAMES, head.tracked(*args)))
+    for ret, dep in state.SHARED_READINGS.items():
+      assert np.allclose(log_p[ret], log_p[dep]) == shared, (ret, shared)
+
+
+def test_on_the_table_the_airports_weigh_only_those_its_flights_serve():
+  scenes = _scenes(50, 5)
+  fields_BxPxF = jnp.asarray(np.stack([airdialogue.table_fields(t.to_json()) for _, t in scenes]))
+  uniform = [jnp.full((50, size), -np.log(size)) for _, size in state.TRACKED]
+  weighed = dict(zip(state.TRACKED_NAMES, state.on_table(uniform, fields_BxPxF)))
+  for b, (intent, table) in enumerate(scenes):
+    served = {0} | {context.AIRPORTS.index(a) + 1 for f in table.flights
+                    for a in (f.departure_airport, f.return_airport)}
+    for name in state.AIRPORT_FIELDS:
+      p_V = np.exp(np.asarray(weighed[name][b]))
+      assert p_V.sum() == pytest.approx(1.0, abs=1e-5)
+      assert p_V[sorted(served)] == pytest.approx(1 / len(served), abs=1e-5)
+      assert state.intent_codes(intent)[state.TRACKED_NAMES.index(name)] in served
+    assert np.allclose(weighed["goal"][b], uniform[0][b])  # Other fields are untouched.
 
 
 def test_the_pooled_head_reads_the_states_up_to_the_marker_and_nothing_else():

@@ -79,16 +79,25 @@ COLLAPSE_CONFIGS = (collapse_airdialogue_quick, collapse_persuasion_quick)
 def test_collapse_arms_share_one_simulator_reference(module, arm):
   c = module.get_config(arm)
   c.simulator = "runs/sim"
+  if arm == "mixed":  # Its members name the simulator too (a tuple holds no reference).
+    c.rl.population.members = c.rl.panel.training = (
+        *collapse_airdialogue_quick.MIXED_SCRIPTED, "runs/sim")
   assert c.online_eval.opponent == "runs/sim"  # Selection plays the frozen training simulator.
   picked = arm == "temperature"  # The k-sample picker at temperature 1.0.
   assert c.rl.opponent == ("pick:k=5,pick=uniform:runs/sim" if picked else "runs/sim")
   assert c.rl.opponent_temperature == (0.3 if arm == "single" else 1.0)
   assert (c.rl.get("cotrain") or {}).get("simulator_init_from") == (
       "runs/sim" if arm in ("cotrain", "population") else None)
-  assert c.rl.population.enabled == (arm == "population") if "population" in c.rl else True
+  pooled = arm in ("population", "mixed")
+  assert c.rl.population.enabled == pooled if "population" in c.rl else not pooled
   panels.refuse_held_out(c.rl)
   panels.refuse_held_out_selection(c)
-  assert [m.spec for m in panels.from_config(c.rl.panel).training] == ["runs/sim"]
+  training = [m.spec for m in panels.from_config(c.rl.panel).training]
+  if arm == "mixed":  # Every scripted style in the training families, and the simulator.
+    assert training == [*collapse_airdialogue_quick.MIXED_SCRIPTED, "runs/sim"]
+    assert list(c.rl.population.members) == training
+  else:
+    assert training == ["runs/sim"]
 
 
 @pytest.mark.parametrize("module", COLLAPSE_CONFIGS)

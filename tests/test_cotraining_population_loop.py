@@ -66,21 +66,32 @@ class Named(toy.Talker):
     super().reset(contexts, seeds)
 
 
-def test_without_cotraining_a_given_pool_plays_one_drawn_member_per_batch():
-  config = toy.config(scenarios=1, group_size=4, epochs=1)
-  config.train.batch_size = 4
-  played, members = [], ["runs/sim_a", "runs/sim_b", "runs/sim_c"]
-  algorithm = registry.make_algorithm(config)
+def _fixed_pool_source(config, members, played):
   data = experience.RolloutSource(
-      config, toy.ToyEnv(), algorithm, "bot",
+      config, toy.ToyEnv(), registry.make_algorithm(config), "bot",
       make_learner=lambda decoder: toy.bot(decoder, max_new_tokens=1, only_words=True),
       others={}, population=population.FixedPool(members, seed=config.seed),
       load_member=lambda spec: Named(spec, played))
   data.bind_model(lambda: PolicyWithReference(toy.make_model(config)))
-  for index in range(6):
+  return data
+
+
+def test_a_given_pool_plays_every_member_each_round_and_a_resume_draws_the_same():
+  config = toy.config(scenarios=1, group_size=4, epochs=1)
+  config.train.batch_size = 4
+  played, members = [], ["runs/sim_a", "runs/sim_b", "runs/sim_c"]
+  data = _fixed_pool_source(config, members, played)
+  for index in range(9):
     data.rollout(index)
-  assert played == [members[population.draw(config.seed, i, 3)] for i in range(6)]
-  assert len(set(played)) > 1
+  assert played == [members[population.draw(config.seed, i, 3)] for i in range(9)]
+  for start in range(0, 9, 3):  # Every member once in each round of three batches.
+    assert sorted(played[start:start + 3]) == sorted(members)
+  assert played[:3] != played[3:6] or played[3:6] != played[6:9]  # Rounds are reshuffled.
+  resumed = []  # A fresh source (a restarted run) from batch 4 draws what the first one did.
+  data = _fixed_pool_source(config, members, resumed)
+  for index in range(4, 9):
+    data.rollout(index)
+  assert resumed == played[4:9]
 
 
 def test_selection_against_a_held_out_simulator_is_refused_at_start_up():

@@ -21,11 +21,10 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
                            agent_temperature=0.0, customer_temperature=0.5)
   # A simulator along its training: the oracle against the customer's checkpoint at a step.
   config.evaluation.pairs += (("scripted_agent:oracle", "bc_customer@2"),)
-  # The simulator-collapse comparison with two of its four arms (each arm's config has its
+  # The simulator-collapse comparison with two of its three arms (each arm's config has its
   # own tests: test_cotraining_config.py).
-  config.collapse.update(arms=("single_arm", "population_arm"), num_dialogues=2)
-  for arm in ("temperature_arm", "cotrain_arm"):
-    del config.runs[arm]
+  config.collapse.update(arms=("single_arm", "mixed_arm"), num_dialogues=2)
+  del config.runs["cotrain_arm"]
   make_run_config = pipeline_lib.run_config
 
   def smaller(config, name, workdir):  # The quick configs, shrunk to a test's size.
@@ -111,11 +110,14 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
       arm_run = json.load(f)
     assert arm_run["model"]["init_from"] == os.path.join(workdir, "bc_agent")
     assert arm_run["rl"]["opponent"] == os.path.join(workdir, "bc_customer")
+    held_out = ["scripted:*"] if arm == "single_arm" else []
     assert arm_run["rl"]["panel"]["held_out"] == [os.path.join(workdir, "bc_customer_s1"),
-                                                  "scripted:*"]
-  assert os.listdir(os.path.join(workdir, "population_arm", "population"))  # Its pool.
+                                                  *held_out, "people:*"]
+  # The fixed population: every scripted style in the training families and the BC customer.
+  mixed = json.load(open(os.path.join(workdir, "mixed_arm", "config.json")))["rl"]["population"]
+  assert mixed["members"] == [*quickstart.MIXED_MEMBERS[:-1], os.path.join(workdir, "bc_customer")]
   collapse = report["collapse"]
-  assert list(collapse["rows"]) == ["bc_agent", "single_arm", "population_arm"]
+  assert list(collapse["rows"]) == ["bc_agent", "single_arm", "mixed_arm"]
   for row in collapse["rows"].values():
     assert set(row["success"]) == {"bc_customer", *config.collapse.held_out}
     assert row["held_out_mean"] == pytest.approx(
@@ -152,7 +154,7 @@ def test_a_runs_own_settings_win_over_the_pipelines(tmp_path):
   config = quickstart.get_config()
   workdir = str(tmp_path)
   assert pipeline_lib.run_config(config, "bc_agent", workdir).online_eval.num_dialogues == 256
-  arm = pipeline_lib.run_config(config, "temperature_arm", workdir)
+  arm = pipeline_lib.run_config(config, "cotrain_arm", workdir)
   assert arm.online_eval.num_dialogues == quickstart.ARM_VALIDATION_DIALOGUES
   assert arm.online_eval.temperature == config.evaluation.agent_temperature
 
@@ -196,7 +198,8 @@ def test_the_long_pipeline_config_passes_start_up(tmp_path, part, every, dialogu
   pipeline_lib.validate(config, str(tmp_path / "run"))
   customer = pipeline_lib.run_config(config, "bc_customer", str(tmp_path / "run"))
   assert customer.train.keep_checkpoints == 5  # Four oracle checkpoints and one spare.
-  assert [p for p in config.evaluation.pairs if p[0] == "scripted_agent:oracle"] == [
+  assert [p for p in config.evaluation.pairs
+          if p[0] == "scripted_agent:oracle" and "bc_customer" in p[1]] == [
       ("scripted_agent:oracle", f"bc_customer@{every * k}") for k in (1, 2, 3)] + [
       ("scripted_agent:oracle", "bc_customer")]
   assert config.airdialogue.train_dialogues == dialogues

@@ -178,6 +178,8 @@ def check_train_fields(config: ml_collections.ConfigDict, where: str = "config")
 def check_train_paths(config: ml_collections.ConfigDict, where: str = "config") -> None:
   """The files and directories the config names exist and fit together: datasets of one role
   and one tokenizer, which is also that of the `model.init_from` source."""
+  with reported_as():  # Its messages name config.model.borrow*.
+    init_from.check_borrow(config.model, where)
   spec = config.model.get("init_from") or ""
   source, source_tokenizer, source_what = None, None, f"{where}.model.init_from={spec}"
   if spec:

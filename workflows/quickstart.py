@@ -373,7 +373,8 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
          "customer_label": party_label(config, customer),
          **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
                                     "end_reasons")},
-         **{k: summary.get(k) for k in ("booking_success", "booking_n")}}
+         **{k: summary.get(k) for k in ("booking_success", "booking_n", "mean_agent_turns",
+                                        "asked_share", "asked_before_closing")}}
   if run_name(customer) in config.runs:  # Does the learned simulator say what its intent says?
     fidelity = customer_fidelity.fidelity(
         customer_fidelity.read_transcripts(summary["transcripts"]))
@@ -486,14 +487,19 @@ def plot_curves(config: ml_collections.ConfigDict, workdir: str) -> str:
 
 
 def format_table(evaluation: list[dict[str, Any]]) -> str:
-  lines = ["| agent | customer | beta | n | success | turns | booking success |",
-           "|---|---|---|---|---|---|---|"]
+  """One row per pair: success, booking success, and how the agent gathered the intent (its
+  turns, the share of the slots that matter it asked about before closing)."""
+  lines = ["| agent | customer | beta | n | success | booking success | turns | agent turns | "
+           "asked share |", "|---|---|---|---|---|---|---|---|---|"]
+  number = lambda value, fmt: "–" if value is None else format(value, fmt)
   for r in evaluation:
     booking = r.get("booking_success")
     lines.append(f"| {r.get('agent_label', r['agent'])} | "
                  f"{r.get('customer_label', r['customer'])} | {r['beta']:g} | {r['n']} | "
-                 f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | {r['mean_turns']:.1f} | "
-                 + ("–" if booking is None else f"{booking:.3f} of {r['booking_n']}") + " |")
+                 f"{r['success_rate']:.3f} ± {r['success_stderr']:.3f} | "
+                 + ("–" if booking is None else f"{booking:.3f} of {r['booking_n']}")
+                 + f" | {r['mean_turns']:.1f} | {number(r.get('mean_agent_turns'), '.1f')} | "
+                 f"{number(r.get('asked_share'), '.2f')} |")
   return "\n".join(lines)
 
 

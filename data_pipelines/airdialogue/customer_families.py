@@ -7,12 +7,20 @@ has a pattern for every part a customer ever says (PARTS), written in the
 phrase grammar of `phrase_grammar` so that parts combine into many distinct
 utterances, and its own typing noise.
 
-`template` is the project's original wording. The others follow the habits
-of the real dataset's crowd workers (docs/METHODS.md, Real customers' habits): numeric and day-first
-dates, hyphen-joined codes, cities and trip reasons, prices with no currency
-sign, names lower-cased or given only when asked, loose constraint wording,
-filler turns. Which families a corpus may use is `family_split`'s business;
-a held-out family shares no sentence form with the training ones.
+`template` is the project's original wording. `casual`, `dayfirst`,
+`numeric` and `cities` follow the habits of the real dataset's crowd workers
+(docs/METHODS.md, Real customers' habits): numeric and day-first dates,
+hyphen-joined codes, "source and destination", cities and trip reasons,
+prices with no currency sign, names lower-cased, given only when asked or
+only at the very end, loose constraint wording, filler turns. The training
+corpus must hold these, since they are how real customers write.
+
+`spoken`, `frequent_flyer` and `reasons` are new in kind, so that evaluation
+can ask whether an agent generalizes beyond the habits it was trained on:
+numbers dictated as words, formal airport names with airline shorthand, and
+constraints given as the reasons behind them. They share no value form and
+no sentence form with the training families (`family_forms` lists what only
+they say). Which families a corpus may use is `family_split`'s business.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class CustomerFamily:
   flight_class: Render = lambda c, rng: c  # (economy|business, rng) -> text.
   lowercase_name_p: float = 0.0  # Chance a name is written all lower-case.
   name_when_asked: bool = False  # Never volunteers the name; gives it when asked.
+  name_last: bool = False  # Volunteers the name only at the very end of its opening.
   noise: typing_noise.TypingNoise = typing_noise.NONE
 
   def __post_init__(self):
@@ -101,6 +110,21 @@ def _pick(options, rng):
   return options[rng.integers(len(options))]
 
 
+class Choices:
+  """A value renderer that picks one of the forms `options(*value)` lists.
+
+  The list is public so that every form a family can write is enumerable
+  (family_forms derives the held-out forms from it).
+  """
+
+  def __init__(self, options: Callable[..., tuple[str, ...]]):
+    self.options = options
+
+  def __call__(self, *value_and_rng) -> str:
+    *value, rng = value_and_rng
+    return _pick(self.options(*value), rng)
+
+
 # --- Value formats -------------------------------------------------------------
 
 
@@ -126,10 +150,9 @@ def _numeric(month, day, rng):
 
 
 def _spelled_month(month, day, rng):
-  """The full month name: 'January 5', 'January 5th' or 'the 5th of January'."""
+  """The full month name: 'January 5' or 'January 5th'."""
   full = gazetteer.MONTH_NAMES[month]
-  return _pick((f"{full} {day}", f"{full} {gazetteer.ordinal(day)}",
-                f"the {gazetteer.ordinal(day)} of {full}"), rng)
+  return _pick((f"{full} {day}", f"{full} {gazetteer.ordinal(day)}"), rng)
 
 
 def _code(code, rng):
@@ -163,10 +186,6 @@ def _dollars(amount, rng):
   return _pick((f"{amount} dollars", f"{amount} bucks", f"{amount}"), rng)
 
 
-def _spelled_price(amount, rng):
-  return _pick((gazetteer.spell_price(amount), str(amount)), rng)
-
-
 def _casual_class(c, rng):
   return _pick(("economy class", "coach", "economy seat") if c == "economy"
                else ("business class", "business seat"), rng)
@@ -176,6 +195,103 @@ def _time_phrase(t, rng):
   return _pick({"morning": ("in the morning", "early in the day"),
                 "afternoon": ("in the afternoon", "after lunch"),
                 "evening": ("in the evening", "at night")}[t], rng)
+
+
+# Held-out value formats: none of them is a form a training family writes.
+
+_GDS_MONTHS = {"June": "JUN", "July": "JUL", "Sept": "SEP"}
+
+
+@Choices
+def _spoken_date(month, day):
+  """Ordinal words: 'March the fifth', 'the twenty-third of May', 'May twenty-third'."""
+  full, nth = gazetteer.MONTH_NAMES[month], gazetteer.ordinal_word(day)
+  return (f"{full} the {nth}", f"the {nth} of {full}", f"{full} {nth}")
+
+
+@Choices
+def _gds_date(month, day):
+  """Airline reservation shorthand: '05JUN'."""
+  return (f"{int(day):02d}{_GDS_MONTHS.get(month, month.upper())}",)
+
+
+@Choices
+def _ordinal_of_month(month, day):
+  """'the 12th of May'."""
+  return (f"the {gazetteer.ordinal(day)} of {gazetteer.MONTH_NAMES[month]}",)
+
+
+@Choices
+def _spelled_code(code):
+  """The code read out letter by letter: 'S-E-A'."""
+  return ("-".join(code),)
+
+
+@Choices
+def _airport_name(code):
+  """The airport's formal name: 'Hartsfield-Jackson', 'Denver International'."""
+  return gazetteer.AIRPORT_NAMES[code]
+
+
+@Choices
+def _spoken_price(amount):
+  """'two hundred', 'five hundred', 'a grand', 'five thousand'."""
+  if amount % 1000 == 0:
+    k = gazetteer.number_word(amount // 1000)
+    return (f"{k} thousand", f"{'a' if k == 'one' else k} grand")
+  return (gazetteer.spell_price(amount),)
+
+
+@Choices
+def _currency_code(amount):
+  return (f"USD {amount}", f"{amount} USD")
+
+
+@Choices
+def _cents(amount):
+  return (f"${amount}.00",)
+
+
+_HOURS = {"morning": (7, 8, 9, 10), "afternoon": (13, 14, 15), "evening": (20, 21, 22)}
+
+
+@Choices
+def _spoken_time(t):
+  """'around nine in the morning': an hour in words in its part of the day."""
+  return tuple(f"{approx} {gazetteer.number_word(h % 12)} in the {t}"
+               for h in _HOURS[t] for approx in ("around", "about"))
+
+
+@Choices
+def _clock_time(t):
+  """'9am', '2pm': an hour of that part of the day (schema.time_of_day)."""
+  return tuple(f"{h % 12}{'am' if h < 12 else 'pm'}" for h in _HOURS[t])
+
+
+@Choices
+def _hours_time(t):
+  """'0900 hrs': the 24-hour clock of airline schedules."""
+  return tuple(f"{h:02d}00 hrs" for h in _HOURS[t])
+
+
+@Choices
+def _spoken_class(c):
+  return ("in the cheap seats",) if c == "economy" else ("up front",)
+
+
+@Choices
+def _cabin_class(c):
+  return ("main cabin",) if c == "economy" else ("front cabin",)
+
+
+@Choices
+def _class_reason(c):
+  """The class as the reason for it: a company that pays for one cabin, a night to sleep."""
+  if c == "economy":
+    return ("my company only reimburses the main cabin",
+            "I'm paying out of my own pocket, so the main cabin it is")
+  return ("I have to sleep on the way, so I need a lie-flat seat",
+          "it's an overnight trip and I need a lie-flat seat to work the next day")
 
 
 # --- The families ----------------------------------------------------------------
@@ -369,32 +485,38 @@ DAYFIRST = CustomerFamily(
         "late_prefix": ("Sorry, one more detail.",),
         "thanks": ("Thank you.", "Thank you for your help."),
         "thanks_anyway": ("Ok, thank you anyway.",),
-        "bad_news_reply": ("Ok.",),
+        "bad_news_reply": ("Ok.", "Oh ok."),
         "confused": ("Sorry?", "Can you repeat?"),
-        "filler": ("Sure.", "Alright, I will wait."),
+        "filler": ("Sure.", "Ok.", "Alright, I will wait."),
     },
 )
 
 NUMERIC = CustomerFamily(
     name="numeric",
-    about="Numeric dates ('01/05'), hyphen-joined codes ('ATL-SFO'), no currency sign.",
-    date=_numeric, airport=_code, price=_bare, lowercase_name_p=0.3,
+    about="Numeric dates ('01/05'), hyphen-joined codes ('ATL-SFO'), 'under 500', the name last.",
+    date=_numeric, airport=_code, price=_bare, lowercase_name_p=0.3, name_last=True,
     noise=typing_noise.TypingNoise(lowercase=0.2, no_punctuation=0.2, typo=0.1),
     parts={
         "goal_book": ("[looking to buy|want to purchase] [a|one] ticket",),
         "goal_change": ("[need to|want to] reschedule my [trip|flight]",
                         "modify [existing|current] booking[ please|]"),
         "goal_cancel": ("[call off|drop] my [trip|flight] please", "want my trip cancelled"),
-        "name": ("passenger name is {n}", "traveller: {n}", "{n} is the [traveller|passenger]"),
-        "airports": ("{a}-{b}", "route {a}-{b}", "[flying|going] {a}-{b}"),
-        "dates": ("{d}-{r}", "dates {d} and {r}", "out on {d}, returning {r}"),
+        "name": ("passenger name is {n}", "traveller: {n}", "{n} is the [traveller|passenger]",
+                 "[and|oh and] [name|my name] is {n}"),
+        "airports": ("{a}-{b}", "route {a}-{b}", "[flying|going] {a}-{b}",
+                     "source {a}[,|] destination {b}", "source and destination {a}-{b}"),
+        "dates": ("{d}-{r}", "dates {d} and {r}", "out on {d}, returning {r}",
+                  "[travel|journey] dates {d} [and|to] {r}"),
         "time_both": ("dep {d}[,|] ret {r}",),
         "time_departure": ("dep {d}",),
         "time_return": ("ret {r}",),
         "class": ("cabin {c}", "cabin: {c}"),
-        "price": ("not more than {p}", "{p} is my limit", "limit {p}"),
-        "connections_0": ("zero stops", "0 stopovers", "no layovers"),
-        "connections_1": ("1 layover at most", "1 stop max", "up to 1 connection"),
+        "price": ("not more than {p}", "{p} is my limit", "limit {p}",
+                  "[under|below|less than] {p}[ only| pls|]"),
+        "connections_0": ("0 stops", "0 stopovers", "no layovers",
+                          "[need a|only] direct [flight|]"),
+        "connections_1": ("1 layover at most", "1 stop max", "up to 1 connection",
+                          "[single|1] [connection|lay-by] [ok|is ok|only]"),
         "airline": ("full-service carrier", "[a|some] major airline"),
         "no_time": ("timing flexible",),
         "no_class": ("cabin flexible",),
@@ -410,35 +532,41 @@ NUMERIC = CustomerFamily(
         "thanks_anyway": ("no worries, appreciate the effort",),
         "bad_news_reply": ("hmm, unlucky",),
         "confused": ("come again?", "didn't get that"),
-        "filler": ("Sure, take your time.", "Ok, waiting."),
+        "filler": ("Sure, take your time.", "Ok, waiting.", "Ok.", "[Sure|Ok], no problem."),
     },
 )
 
 CITIES = CustomerFamily(
     name="cities",
-    about="Cities, airport names and trip reasons, full month names, spelled-out prices.",
-    date=_spelled_month, airport=_city, price=_spelled_price, time_of_day=_time_phrase,
+    about="Cities, airport names and trip reasons, full month names, 'below 500'.",
+    date=_spelled_month, airport=_city, price=_bare, time_of_day=_time_phrase,
     lowercase_name_p=0.2,
     noise=typing_noise.TypingNoise(lowercase=0.1, no_punctuation=0.1, typo=0.1),
     parts={
         "goal_book": ("I'm hoping to [purchase|buy] [a|one] ticket.",),
         "goal_change": ("I have to reschedule my [journey|travel plans].",),
         "goal_cancel": ("I'd like to call off my [journey|travel plans].",),
-        "name": ("You can put it in the name of {n}.", "My name's {n}."),
+        "name": ("You can put it in the name of {n}.", "My name's {n}.",
+                 "[Oh, and|And] [my name is|the name is] {n}."),
         "airports": ("[Travelling|Heading] from {a} to {b}.",
-                     "[Visiting|Seeing] my [sister|parents|friend] in {b}, "
-                     "[leaving from|starting in] {a}.",
-                     "I live in {a} and [need|want] to get to {b}.",
-                     "[Going|Heading] to {b} for a [wedding|conference|business meeting], "
-                     "from {a}."),
+                     "[Visiting|Seeing] my [sister|brother|parents|grandparents|daughter|son|"
+                     "friend|college roommate] in {b}, [leaving from|starting in|flying out of] "
+                     "{a}.",
+                     "I live in {a} and [need|want] to get to {b}[ for work| to see family|].",
+                     "[Going|Heading] to {b} for a [wedding|conference|business meeting|"
+                     "job interview|funeral|graduation], from {a}.",
+                     "My source is {a} and destination is {b}."),
         "dates": ("[Heading out|Going] on {d} and [coming home|getting back] on {r}.",),
         "time_both": ("I'd like to set off {d} and fly home {r}.",),
         "time_departure": ("I'd like to set off {d}.",),
         "time_return": ("I'd like to fly home {r}.",),
         "class": ("I [would like|want] to fly {c}.",),
-        "price": ("I can go up to {p} dollars.", "{p} dollars is the most I can pay."),
-        "connections_0": ("I'd rather fly straight through.", "Without any stops, please."),
-        "connections_1": ("A single layover is okay.", "One stopover at most."),
+        "price": ("I can go up to {p} dollars.", "{p} dollars is the most I can pay.",
+                  "[Under|Below] {p}[ if possible|, please|]."),
+        "connections_0": ("I'd rather fly straight through.", "Without any stops, please.",
+                          "[A direct|Only a direct] flight[, please|]."),
+        "connections_1": ("A single layover is okay.", "One stopover at most.",
+                          "A lay-by is [okay|alright]."),
         "airline": ("None of those cheap airlines, please.", "A mainline carrier, please."),
         "no_time": ("The timing is up to you.",),
         "no_class": ("Whatever cabin is cheapest.",),
@@ -454,9 +582,144 @@ CITIES = CustomerFamily(
         "thanks_anyway": ("Ah well, cheers anyway.",),
         "bad_news_reply": ("What a pity.",),
         "confused": ("Pardon?", "I didn't quite catch that."),
-        "filler": ("I'll hang on.", "Happy to wait."),
+        "filler": ("I'll hang on.", "Happy to wait.", "Sure, take your time.", "Ok."),
+    },
+)
+
+SPOKEN = CustomerFamily(
+    name="spoken",
+    about="Dictated as on the phone: every number a word ('March the fifth', 'five hundred', "
+          "'zero stops', 'around nine in the morning'), codes read out letter by letter ('S-E-A').",
+    date=_spoken_date, airport=_spelled_code, price=_spoken_price, time_of_day=_spoken_time,
+    flight_class=_spoken_class, noise=typing_noise.TypingNoise(lowercase=0.1),
+    parts={
+        "goal_book": ("[So, um,|Right, so] I'm calling to book a [flight|trip].",
+                      "I'm ringing up about booking a [flight|trip]."),
+        "goal_change": ("[So, um,|Right, so] I'm calling to change a flight I've already got.",
+                        "I've got a booking I need to [change|amend]."),
+        "goal_cancel": ("[So, um,|Right, so] I'm calling to cancel a trip.",
+                        "I won't be travelling after all, so I need to cancel."),
+        "name": ("It'd be under {n}.", "{n}, that's the name on my card."),
+        "airports": ("Going out of {a} and into {b}.", "That'd be {a} to {b}.",
+                     "[Setting off|Starting off] from {a} and ending up in {b}."),
+        "dates": ("The way out is on {d} and the way back is on {r}.",
+                  "I'd go on {d} and [come|fly] home on {r}."),
+        "time_both": ("Going out {d}, and coming home {r}.",),
+        "time_departure": ("Going out {d} would suit me.", "On the way out, {d} ideally."),
+        "time_return": ("Coming home {r} would suit me.", "Flying back {r}, ideally."),
+        "class": ("Put me {c}, [please|if you would].", "I'm happy to sit {c}."),
+        "price": ("[Nothing over|No more than] {p}, if I can help it.",
+                  "{p} at the very most.", "Keep it under {p} if you can."),
+        "connections_0": ("Zero stops, if possible.",
+                          "I'd want zero [stops|connections] the whole way."),
+        "connections_1": ("Just the one [stop|connection], not two.",
+                          "I can put up with one [stop|connection], not two."),
+        "airline": ("One of the big airlines, if you can.", "I'd stick to the big airlines."),
+        "no_time": ("Whatever time of day, I'm easy.",),
+        "no_class": ("Any seat will do me.",),
+        "no_connections": ("However many stops, I don't mind.",),
+        "no_airline": ("Whoever flies it, I don't mind.",),
+        "nothing_else": ("That's about it, I reckon.", "I reckon that's the lot."),
+        "greeting": ("Hiya.", "Oh, hiya there."),
+        "interjection": ("Mm-hm.", "Mm-hm, right."),
+        "small_talk": ("Sorry, it's a bit noisy where I am.", "I'm just walking to my car."),
+        "accept": ("Yeah, go on then.", "Brilliant, yes please."),
+        "late_prefix": ("Oh, sorry, I should have said.",),
+        "thanks": ("Thanks ever so much.", "Brilliant, thank you, bye now."),
+        "thanks_anyway": ("Oh well, never mind, thanks.",),
+        "bad_news_reply": ("Oh dear.",),
+        "confused": ("Sorry, you're breaking up a bit.", "Sorry, the line's crackling."),
+        "filler": ("Mm-hm, I'm still here.", "No rush."),
+    },
+)
+
+FREQUENT_FLYER = CustomerFamily(
+    name="frequent_flyer",
+    about="Airline shorthand: formal airport names ('Sea-Tac', 'Denver International'), "
+          "'05JUN', 'USD 500', '0900 hrs', 'main cabin', 'single segment', 'legacy carrier'.",
+    date=_gds_date, airport=_airport_name, price=_currency_code, time_of_day=_hours_time,
+    flight_class=_cabin_class, noise=typing_noise.TypingNoise(no_punctuation=0.1),
+    parts={
+        "goal_book": ("I need a new itinerary [booked|ticketed].",),
+        "goal_change": ("I need to [amend|rebook] an existing itinerary.",),
+        "goal_cancel": ("I need an existing itinerary cancelled.",),
+        "name": ("Passenger name as on my passport: {n}.", "Ticketed name: {n}."),
+        "airports": ("Routing {a} to {b}.", "{a} to {b}, round trip."),
+        "dates": ("Outbound {d}, inbound {r}.",),
+        "time_both": ("Outbound around {d}, inbound around {r}.",),
+        "time_departure": ("Outbound around {d}.",),
+        "time_return": ("Inbound around {r}.",),
+        "class": ("{c}, [please|if available].", "Seat me in the {c}."),
+        "price": ("Fare cap {p}.", "[Total|All-in] fare no higher than {p}."),
+        "connections_0": ("Single segment each way.", "Only single-segment routings."),
+        "connections_1": ("Two segments each way at most.", "Up to two segments per direction."),
+        "airline": ("Legacy carriers only.", "A legacy carrier, please."),
+        "no_time": ("Open on timing.",),
+        "no_class": ("Open on cabin.",),
+        "no_connections": ("Open on routing.",),
+        "no_airline": ("Open on carrier.",),
+        "nothing_else": ("Nothing further.",),
+        "greeting": ("Hello, quick itinerary request.",),
+        "interjection": ("Noted.",),
+        "small_talk": ("I'm typing this from the lounge.",),
+        "accept": ("Fine, issue it.", "Yes, issue the ticket."),
+        "late_prefix": ("One more requirement.",),
+        "thanks": ("Much appreciated.",),
+        "thanks_anyway": ("Understood, thanks for trying.",),
+        "bad_news_reply": ("Understood.",),
+        "confused": ("Please clarify.",),
+        "filler": ("Standing by.",),
+    },
+)
+
+REASONS = CustomerFamily(
+    name="reasons",
+    about="Constraints as the reasons behind them ('my company caps the fare at $500.00', 'I get "
+          "anxious on layovers'), clock times ('9am'), 'the 12th of May', formal airport names.",
+    date=_ordinal_of_month, airport=_airport_name, price=_cents, time_of_day=_clock_time,
+    flight_class=_class_reason, noise=typing_noise.TypingNoise(lowercase=0.1),
+    parts={
+        "goal_book": ("I [have to|need to] get to a [conference|job interview|family reunion], "
+                      "so I need to book a flight.",),
+        "goal_change": ("My [meeting|event] got moved, so I need to change my flight.",),
+        "goal_cancel": ("The [event|conference] I was going to is off, so please cancel my "
+                        "flight.",),
+        "name": ("The trip is for me, {n}.", "I'm flying solo, under the name {n}."),
+        "airports": ("I'm based near {a}, and [my client|the conference|my family] is near {b}.",
+                     "{a} is my home airport, and I'm headed to {b} [for work|to see family]."),
+        "dates": ("[I need to be there|My event starts] on {d}, and I'm [due back|back at work] "
+                  "on {r}.",),
+        "time_both": ("I'm free to fly out at {d}, and back at {r} because of work.",),
+        "time_departure": ("[My meetings end|I finish work|The school run is done] by {d}, so I "
+                           "can fly out then.",),
+        "time_return": ("On the last day I'm tied up until {r}, so I'd fly home after that.",),
+        "class": ("{c}.",),
+        "price": ("My company caps the fare at {p}.",
+                  "[Our|My] expense policy [allows|covers] up to {p}.",
+                  "I'm paying for this myself, so {p} is the limit."),
+        "connections_0": ("I get [anxious|nervous] on layovers, so I want to stay on one plane "
+                          "the whole way.",),
+        "connections_1": ("My [back|knee] can [handle|manage] one transfer, but no more.",),
+        "airline": ("A budget airline lost my [bag|luggage] once, so I stick to the big "
+                    "carriers.",),
+        "no_time": ("My schedule is wide open.",),
+        "no_class": ("Where I sit makes no difference to me.",),
+        "no_connections": ("Layovers don't bother me.",),
+        "no_airline": ("I have no loyalty to any carrier.",),
+        "nothing_else": ("That covers all my constraints.",),
+        "greeting": ("Hello, I'm hoping you can help.",),
+        "interjection": ("Let me check my calendar.",),
+        "small_talk": ("Work has been hectic.",),
+        "accept": ("That fits my plans, go ahead.",),
+        "late_prefix": ("I should also explain something.",),
+        "thanks": ("Thank you, that helps a lot.",),
+        "thanks_anyway": ("I'll have to rethink my plans, thanks anyway.",),
+        "bad_news_reply": ("That's inconvenient.",),
+        "confused": ("I'm not following, sorry.",),
+        "filler": ("Okay, I'll wait while you look.",),
     },
 )
 
 FAMILIES: Mapping[str, CustomerFamily] = types.MappingProxyType(
-    {f.name: f for f in (TEMPLATE, CASUAL, DAYFIRST, NUMERIC, CITIES)})
+    {f.name: f for f in (TEMPLATE, CASUAL, DAYFIRST, NUMERIC, CITIES, SPOKEN, FREQUENT_FLYER,
+                         REASONS)})

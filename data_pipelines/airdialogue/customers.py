@@ -244,9 +244,13 @@ class Customer:
     disclosure = self.style.disclosure
     sentences = [self._say("greeting")]
     if disclosure == "volunteer":
-      slots = ([] if self.family.name_when_asked else [NAME]) + [GOAL] + self._trip_slots()
+      family = self.family
+      slots = ([] if family.name_when_asked or family.name_last else [NAME]) + [GOAL]
+      slots += self._trip_slots()
       if self.intent.goal != "cancel":
         slots += list(self._constraints)
+      if family.name_last and not family.name_when_asked:
+        slots.append(NAME)
       sentences += [self._sentence(s) for s in slots]
     elif disclosure == "trip_first":
       sentences += [self._sentence(s) for s in [GOAL] + self._trip_slots()]

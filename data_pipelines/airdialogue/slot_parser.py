@@ -1,9 +1,12 @@
 """Reads intent fields out of what a customer writes, whatever phrasing family it uses.
 
 Not one regex per template: each slot has a small recognizer that finds the
-*values* first (any date format, airport codes, cities and airport names,
-amounts in digits or words) and then decides their role from cue words
-around them ("from", "back", "below", ...). What the listener knows helps,
+*values* first (any date format, including ordinal words and airline
+shorthand; airport codes, spelled out or not, cities and airport names;
+amounts in digits or words; clock times) and then decides their role from cue
+words around them ("from", "back", "below", ...). Constraints said as reasons
+are read from the few words that carry them ("anxious on layovers",
+"lie-flat seat", "big carriers"). What the listener knows helps,
 as it would help a person: the slots it just asked about (a bare "500" after
 "what is your budget?" is a price, a bare "amy lee" after "your name?" is a
 name), and the airports it can see (a customer saying "Chicago" means
@@ -27,7 +30,9 @@ from data_pipelines.airdialogue import typing_noise
 
 # Common misspellings (typing_noise's list), read back as the words they stand for.
 _TYPOS = {typo: word for word, typos in typing_noise.MISSPELLINGS.items() for typo in typos}
-_TYPO_RE = re.compile(r"\b(" + "|".join(map(re.escape, _TYPOS)) + r")\b", re.IGNORECASE)
+# Not inside a spelled-out code: the U of "H-O-U" is no "you".
+_TYPO_RE = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, _TYPOS)) + r")(?![\w-])",
+                      re.IGNORECASE)
 
 # Slot groups a listener may have asked about (the names customers.SLOTS uses).
 NAME, PRICE = "name", "price"
@@ -38,7 +43,8 @@ _GREETING_RE = re.compile(r"\bgood (?:morning|afternoon|evening|day|night)\b", r
 
 _GOAL_RES = (
     ("cancel", re.compile(r"\bcancel|\bcall off\b|\bdrop my\b|no longer need", re.IGNORECASE)),
-    ("change", re.compile(r"\bchange|\bmodify|\breschedul|\bmove my\b|\bamend", re.IGNORECASE)),
+    ("change", re.compile(r"\bchange|\bmodify|\breschedul|\bmove my\b|\bamend|\brebook",
+                          re.IGNORECASE)),
     ("book", re.compile(r"\bbook|\breserv|\bticket|\bpurchase\b|\bbuy\b", re.IGNORECASE)),
 )
 
@@ -62,17 +68,20 @@ early late morning afternoon evening night class economy business direct nonstop
 dates date airport airports source destination time come again take wait hang sounds works
 ahead thats that's done nope nothing more else everything confirm proceed lovely much
 obliged cheers appreciate worries pardon catch repeat alright right then well oh hmm
-myself name passenger traveller traveler quite
+myself name passenger traveller traveler quite based near headed free tied ticket ticketed
+passport routing outbound inbound seat cabin fare total segment segments carrier carriers
 """.split())
 _NAME_WORD = r"[A-Za-z][A-Za-z'-]*"
 _NAME_PAIR = rf"({_NAME_WORD})\s+({_NAME_WORD})"
 # Cues before a name, most specific first ("my name is", then "I'm", "under", ...).
 _LEFT_CUE_NAME_RE = re.compile(
     rf"(?:\bname\s*(?:is|'s|:|-)|\bmyself|\bin the name of|\bunder the name(?: of)?|"
+    rf"\bpassport\s*:|\bfor me\s*[,:]|"
     rf"\b(?:traveller|traveler|passenger)\s*:|\bi'm|\bim|\bi am|\bthis is|\bit's|\bits|"
     rf"\bit is|\bunder|\bfor|\bcall me)\s*{_NAME_PAIR}", re.IGNORECASE)
 _RIGHT_CUE_NAME_RE = re.compile(
-    rf"{_NAME_PAIR}\s+(?:here\b|speaking\b|is the (?:traveller|traveler|passenger)\b)",
+    rf"{_NAME_PAIR}\s*,?\s+(?:here\b|speaking\b|is the (?:traveller|traveler|passenger)\b|"
+    rf"that's (?:the|my) name\b)",
     re.IGNORECASE)
 _BARE_NAME_RE = re.compile(rf"\s*{_NAME_PAIR}\s*[.!]?\s*")
 _CHUNK_RE = re.compile(r"[.!?,;]")
@@ -80,9 +89,14 @@ _NAME_WORD_RE = re.compile(_NAME_WORD)
 _CONTRACTION_RE = re.compile(r"n't$|'(?:s|d|ll|m|re|ve)$")
 
 
+_NUMBER_WORDS = frozenset({*gazetteer.NUMBER_WORDS, *gazetteer.MULTIPLIERS,
+                           *gazetteer.DAY_BY_ORDINAL_WORD})  # "under five hundred" is no name.
+
+
 def _not_a_name_word(word: str) -> bool:
   low = word.lower()
   return (low in _STOPWORDS or low in gazetteer.MONTH_BY_SPELLING or low in _PLACE_WORDS
+          or low in _NUMBER_WORDS
           or (low.endswith("ing") and len(low) > 4) or _CONTRACTION_RE.search(low) is not None
           or len(low) < 2)
 
@@ -127,9 +141,11 @@ _PLACE_RE = re.compile(r"\b(" + "|".join(re.escape(n) for n in _PLACE_NAMES) + r
 _TOKEN_RE = re.compile(r"[A-Za-z][A-Za-z'.]*")
 _FUZZY_MIN_LEN, _FUZZY_CUTOFF = 6, 0.85
 _DEPARTURE_CUES = ("from", "out of", "leaving", "leave", "departing", "depart", "source",
-                   "origin", "starting in", "starting from", "live in", "based in")
+                   "origin", "starting in", "starting from", "live in", "based in", "based near")
 _RETURN_CUES = ("to", "into", "destination", "going to", "heading to", "get to", "visiting",
-                "seeing", "in")
+                "seeing", "in", "near")
+# A code read out letter by letter: "S-E-A", "s e a".
+_SPELLED_CODE_RE = re.compile(r"(?<![\w-])([A-Za-z])[- ]([A-Za-z])[- ]([A-Za-z])(?![\w-])")
 _CUE_RE = re.compile(r"\b(" + "|".join(sorted(_DEPARTURE_CUES + _RETURN_CUES, key=len,
                                               reverse=True)) + r")\b", re.IGNORECASE)
 _PAIR_JOIN_RE = re.compile(r"\s*(?:-|>|to|and)\s*$", re.IGNORECASE)
@@ -156,6 +172,10 @@ def airport_mentions(text: str, visible: Collection[str]) -> list[tuple[int, int
   for m in _PLACE_RE.finditer(text):
     add(m.start(), m.end(), _resolve(_PLACES[m[1].lower()], visible))
   known = set(context.AIRPORTS) | set(visible)
+  for m in _SPELLED_CODE_RE.finditer(text):
+    code = "".join(m.groups()).upper()
+    if code in known:
+      add(m.start(), m.end(), code)
   for m in re.finditer(r"\b([A-Za-z]{3})\b", text):
     code = m[1].upper()
     if code in known and (m[1].isupper() or m[1].lower() not in _STOPWORDS):
@@ -171,8 +191,8 @@ def airport_mentions(text: str, visible: Collection[str]) -> list[tuple[int, int
 
 
 def _cue_role(before: str) -> str | None:
-  """'departure' / 'return' from the last cue word just before a mention, if any."""
-  cues = list(_CUE_RE.finditer(before[-_CUE_WINDOW:]))
+  """'departure' / 'return' from the last cue word just before a mention in its sentence."""
+  cues = list(_CUE_RE.finditer(re.split(r"[.!?]\s", before[-_CUE_WINDOW:])[-1]))
   if not cues:
     return None
   cue = cues[-1][1].lower()
@@ -210,13 +230,23 @@ def _airports(text: str, visible: Collection[str]) -> dict[str, str]:
 # --- Dates --------------------------------------------------------------------
 
 _MONTH = "|".join(sorted(gazetteer.MONTH_BY_SPELLING, key=len, reverse=True))
-_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_DAY_WORD = "|".join(w.replace("-", "[- ]") for w in sorted(gazetteer.DAY_BY_ORDINAL_WORD,
+                                                              key=len, reverse=True))
+_DAY = rf"(\d{{1,2}}|{_DAY_WORD})(?:st|nd|rd|th)?"
 _DATE_RES = (
     ("numeric", re.compile(r"(?<![\d/])(\d{1,2})/(\d{1,2})(?![\d/])")),
     ("month_first", re.compile(rf"\b({_MONTH})\.?\s+(?:the\s+)?{_DAY}\b", re.IGNORECASE)),
     ("day_first", re.compile(rf"\b(?:the\s+)?{_DAY}\s+(?:of\s+)?({_MONTH})\b", re.IGNORECASE)),
+    ("day_first", re.compile(rf"\b(\d{{1,2}})({_MONTH})\b", re.IGNORECASE)),  # Airline "05JUN".
 )
 _RETURN_RE = re.compile(r"\b(?:return\w*|back|home|ret|inbound)\b", re.IGNORECASE)
+
+
+def _day_number(text: str) -> int:
+  """'5' or 'fifth' or 'twenty third' -> the day."""
+  if text.isdigit():
+    return int(text)
+  return gazetteer.DAY_BY_ORDINAL_WORD[re.sub(r"\s+", "-", text.lower())]
 
 
 def date_mentions(text: str) -> list[tuple[int, int, str, str]]:
@@ -230,9 +260,9 @@ def date_mentions(text: str) -> list[tuple[int, int, str, str]]:
           continue
         month_name = schema.MONTHS[month - 1]
       elif kind == "month_first":
-        month_name, day = gazetteer.MONTH_BY_SPELLING[m[1].lower()], int(m[2])
+        month_name, day = gazetteer.MONTH_BY_SPELLING[m[1].lower()], _day_number(m[2])
       else:
-        month_name, day = gazetteer.MONTH_BY_SPELLING[m[2].lower()], int(m[1])
+        month_name, day = gazetteer.MONTH_BY_SPELLING[m[2].lower()], _day_number(m[1])
       if 1 <= day <= 31:
         found.append((m.start(), m.end(), month_name, str(day)))
   kept, end = [], -1
@@ -270,10 +300,13 @@ _TIME_RE = re.compile("|".join(f"(?P<{t}>{p})" for t, p in _TIME_WORDS), re.IGNO
 _LEG_AFTER_RE = re.compile(
     r"^\s*(?:[\w']+\s+)?"
     r"(?:(?P<ret>return|back|home|inbound)|(?P<dep>departure|out|outbound|going))"
-    r"\b(?!\s+(?:in|at|on)\b)", re.IGNORECASE)
+    r"\b(?!\s+(?:in|at|on|around|about)\b)", re.IGNORECASE)
 _LEG_BEFORE_RE = re.compile(
-    r"(?P<ret>return\w*|back|home|\bret)|(?P<dep>leav\w*|depart\w*|\bdep|\bout\b|set off|go\b)",
-    re.IGNORECASE)
+    r"(?P<ret>return\w*|back|home|\bret|inbound)|"
+    r"(?P<dep>leav\w*|depart\w*|\bdep|\bout\b|set off|go\b|outbound)", re.IGNORECASE)
+# Clock times, read as the part of the day they fall in: "9am", "2 p.m.", "1400 hrs".
+_CLOCK_RE = re.compile(r"\b(\d{1,2})\s?([ap])\.?m\b\.?|\b([01]\d|2[0-3])[0-5]\d\s?hrs\b",
+                       re.IGNORECASE)
 _TIME_CUE_WINDOW = 32
 # Where the phrase holding a time of day starts, when punctuation is missing too:
 # after a number ("back Dec 12th Morning flight") or at a capitalized word.
@@ -285,37 +318,60 @@ def _phrase_tail(before: str) -> str:
   return before[starts[-1]:] if starts else before
 
 
+def _time_mentions(text: str) -> list[tuple[int, int, str]]:
+  """(start, end, part of the day) of every time of day, in words or on the clock."""
+  found = [(m.start(), m.end(), m.lastgroup) for m in _TIME_RE.finditer(text)]
+  for m in _CLOCK_RE.finditer(text):
+    hour = int(m[1]) % 12 + 12 * (m[2].lower() == "p") if m[1] else int(m[3])
+    found.append((m.start(), m.end(), schema.time_of_day(hour)))
+  return sorted(found)
+
+
 def _times(text: str) -> dict[str, str]:
+  """Each time's leg: a leg word right after it, else the last cue before it in its phrase,
+  else the first cue after it in its sentence ("... until 2pm, so I'd fly home then")."""
   out = {}
-  for m in _TIME_RE.finditer(text):
-    after = _LEG_AFTER_RE.match(text[m.end():m.end() + 16])
+  mentions = _time_mentions(text)
+  for i, (start, end, part) in enumerate(mentions):
+    after = _LEG_AFTER_RE.match(text[end:end + 16])
+    before = list(_LEG_BEFORE_RE.finditer(
+        _phrase_tail(text[max(0, start - _TIME_CUE_WINDOW):start])))
+    stop = mentions[i + 1][0] if i + 1 < len(mentions) else len(text)
+    later = _LEG_BEFORE_RE.search(re.split(r"[.!?]", text[end:stop], maxsplit=1)[0])
     if after:
       leg = "return" if after["ret"] else "departure"
+    elif before:
+      leg = "return" if before[-1]["ret"] else "departure"
     else:
-      before = _phrase_tail(text[max(0, m.start() - _TIME_CUE_WINDOW):m.start()])
-      cues = list(_LEG_BEFORE_RE.finditer(before))
-      leg = "return" if cues and cues[-1]["ret"] else "departure"
-    out[f"{leg}_time"] = m.lastgroup
+      leg = "return" if later and later["ret"] else "departure"
+    out[f"{leg}_time"] = part
   return out
 
 
 # --- Class, connections, airline ------------------------------------------------
 
-_ECONOMY_RE = re.compile(r"\beconomy\b|\bcoach\b|\bmain cabin\b", re.IGNORECASE)
+_ECONOMY_RE = re.compile(r"\beconomy\b|\bcoach\b|\bmain cabin\b|\bcheap seats\b",
+                         re.IGNORECASE)
 # "Business", but not a business trip or meeting (a reason to travel, not a class).
 _BUSINESS_RE = re.compile(
-    r"\bbusiness\b(?!\s+(?:trip|meeting|conference|travel|reasons?))", re.IGNORECASE)
-_STOP = r"(?:connections?|connecting flights?|stops?|stopovers?|layovers?|lay-?bys?|halts?)"
+    r"\bbusiness\b(?!\s+(?:trip|meeting|conference|travel|reasons?))|\bup front\b|"
+    r"\bfront cabin\b|\blie-?\s?flat\b", re.IGNORECASE)
+_STOP = (r"(?:connections?|connecting flights?|stops?|stopovers?|layovers?|lay-?bys?|halts?|"
+         r"transfers?)")
+# A flight of one segment each way is direct, of two has one connection.
 _DIRECT_RE = re.compile(
     rf"\bdirect\b|\bnon-?\s?stop\b|\bno\s+{_STOP}|\b(?:zero|0)\s+{_STOP}|"
-    rf"\bwithout\s+(?:any\s+)?{_STOP}|\bstraight\s+through\b", re.IGNORECASE)
+    rf"\bwithout\s+(?:any\s+)?{_STOP}|\bstraight\s+through\b|"
+    rf"\b(?:anxious|nervous|scared)\s+(?:on|about|of)\s+{_STOP}|"
+    rf"\b(?:single|one|1)[- ]segment\b", re.IGNORECASE)
 _ONE_STOP_RE = re.compile(
-    rf"\b(?:one|1|single|a)\s+{_STOP}|\bat most one\b|\bmax(?:imum)?\s+(?:of\s+)?(?:one|1)\b",
-    re.IGNORECASE)
+    rf"\b(?:one|1|single|a)\s+{_STOP}|\bat most one\b|\bmax(?:imum)?\s+(?:of\s+)?(?:one|1)\b|"
+    rf"\b(?:two|2)[- ]segments?\b", re.IGNORECASE)
 _CHEAP = r"(?:budget|low[- ]cost|cheap)"
 _CARRIER = r"(?:airlines?|carriers?)"
 _AIRLINE_RE = re.compile(
-    rf"normal[- ]cost|\b(?:regular|standard|major|mainline|full[- ]service)\s+{_CARRIER}|"
+    rf"normal[- ]cost|\b(?:regular|standard|major|mainline|full[- ]service|big|legacy)\s+"
+    rf"{_CARRIER}|"
     rf"\bmainline\b|\b(?:no|not a|avoid|none of (?:those|the))\s+{_CHEAP}\s+{_CARRIER}",
     re.IGNORECASE)
 
@@ -323,15 +379,16 @@ _AIRLINE_RE = re.compile(
 
 _WORD_AMOUNT = (r"(?:" + "|".join(w for w in gazetteer.NUMBER_WORDS if w not in ("no", "single"))
                 + r")\s+(?:hundred|thousand|grand)")
-_AMOUNT_RE = re.compile(rf"(\$\s?)?(\d[\d,]*|{_WORD_AMOUNT})(\s?k\b)?", re.IGNORECASE)
+_AMOUNT_RE = re.compile(rf"(\$\s?|\busd\s?)?(\d[\d,]*|{_WORD_AMOUNT})(\s?k\b)?", re.IGNORECASE)
 _PRICE_BEFORE_RE = re.compile(
     r"(?:under|below|budget|max|maximum|most|limit|cap|spend|pay|up to|upto|within|less than|"
     r"more than|over|afford|price|fare|cost)\W*(?:is|of|at)?\W*$", re.IGNORECASE)
 _PRICE_AFTER_RE = re.compile(
     r"^\s*(?:dollars?|bucks|usd|max\b|maximum|tops|or less|is my (?:limit|max|budget)|"
-    r"is the most)", re.IGNORECASE)
-_NOT_PRICE_AFTER_RE = re.compile(rf"^(?:\s*{_STOP}|:\d|st\b|nd\b|rd\b|th\b|\s*(?:am|pm)\b)",
-                                 re.IGNORECASE)
+    r"is the most|at the (?:very )?most)", re.IGNORECASE)
+_NOT_PRICE_AFTER_RE = re.compile(
+    rf"^(?:\s*{_STOP}|:\d|st\b|nd\b|rd\b|th\b|\s*(?:[ap]\.?m\b|hrs\b)|\s*segments?\b)",
+    re.IGNORECASE)
 _FLIGHT_BEFORE_RE = re.compile(r"flight\s*(?:number\s*)?$", re.IGNORECASE)
 
 

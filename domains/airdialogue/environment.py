@@ -38,7 +38,7 @@ import numpy as np
 import tqdm
 from absl import logging
 
-from data_pipelines.airdialogue import action_grammar, context, schema, scorer, solver
+from data_pipelines.airdialogue import action_grammar, context, customers, schema, scorer, solver
 from data_pipelines.dialogue import Turn
 from ilql_dialogue import environment
 from domains.airdialogue.parties import AGENT, CUSTOMER
@@ -93,6 +93,7 @@ class DialogueResult:
   action: schema.Action | None = None
   parse_error: str | None = None
   customer_action_blocks: int = 0  # Customer turns holding an action block (role violations).
+  intent: schema.Intent | None = None  # The customer's, for what the agent should have asked.
 
   @property
   def success(self) -> bool:
@@ -105,6 +106,28 @@ class DialogueResult:
     return {"status": scorer.status_correct(self.action, self.expected_action),
             "flight": scorer.flight_correct(self.action, self.expected_action),
             "name": scorer.name_correct(self.action, self.expected_action)}
+
+  @property
+  def asked_slots(self) -> frozenset[str]:
+    """Slot groups the agent asked about (customers.understand) before its closing block."""
+    asked: set[str] = set()
+    for turn in self.turns:
+      if turn.speaker != AGENT:
+        continue
+      move = customers.understand(turn.text)
+      if move.kind == "final":
+        break
+      if move.kind == "questions":
+        asked |= move.slots
+    return frozenset(asked)
+
+  @property
+  def asked_share(self) -> float | None:
+    """The share of the slot groups that matter here (slots_that_matter) the agent asked."""
+    if self.intent is None:
+      return None
+    matter = slots_that_matter(self.intent, self.expected_action)
+    return len(self.asked_slots & set(matter)) / len(matter)
 
   def to_json(self) -> dict[str, Any]:
     return {
@@ -119,7 +142,19 @@ class DialogueResult:
         "success": self.success,
         "correct": self.field_correct(),
         "customer_action_blocks": self.customer_action_blocks,
+        "asked_slots": sorted(self.asked_slots),
+        "asked_share": self.asked_share,
     }
+
+
+def slots_that_matter(intent: schema.Intent, expected: schema.Action) -> tuple[str, ...]:
+  """What an agent must learn to act: goal and name, and for a flight to search, the trip and
+  every constraint the intent restricts (a cancel, or a change without a reservation, needs
+  no search)."""
+  if intent.goal == "cancel" or expected.status == "no_reservation":
+    return (customers.GOAL, customers.NAME)
+  return (customers.GOAL, customers.NAME, customers.AIRPORTS, customers.DATES,
+          *customers.constraints_of(intent))
 
 
 def row_seeds(seed: int, scenarios: Sequence[Scenario], stream: int) -> list[int]:
@@ -180,7 +215,7 @@ def to_result(episode: environment.Episode) -> DialogueResult:
   scenario = episode.scenario
   return DialogueResult(
       scenario_id=scenario.scenario_id, turns=episode.turns, end_reason=episode.end_reason,
-      expected_action=scenario.expected_action,
+      expected_action=scenario.expected_action, intent=scenario.intent,
       customer_action_blocks=sum(t.speaker == CUSTOMER and action_grammar.contains_action(t.text)
                                  for t in episode.turns),
       **episode.info)
@@ -226,6 +261,12 @@ def summarize(results: Sequence[DialogueResult]) -> dict[str, Any]:
   searched. An agent that never finds a flight still scores on the cancel / no_flight /
   no_reservation scenarios (about 0.45 of the generator's), so the success rate alone can hide
   that it never books one (docs/RESULTS.md).
+
+  How the agent behaves: `mean_agent_turns`; `asked_share`, the mean over dialogues of the
+  share of the slot groups that matter for each (slots_that_matter) the agent asked about
+  before closing; `asked_before_closing`, the fraction of dialogues where it asked about at
+  least one slot group (the goal included) before closing. An agent that closes at once
+  scores 0 on both, whatever its success.
   """
   n = len(results)
   if n == 0:
@@ -239,6 +280,7 @@ def summarize(results: Sequence[DialogueResult]) -> dict[str, Any]:
     counts = by_status.setdefault(r.expected_action.status, [0, 0])
     counts[0] += r.success
     counts[1] += 1
+  shares = [r.asked_share for r in results if r.intent is not None]
   booked, booking_n = (sum(by_status.get(s, (0, 0))[i] for s in BOOKING_STATUSES)
                        for i in (0, 1))
   return {
@@ -249,6 +291,9 @@ def summarize(results: Sequence[DialogueResult]) -> dict[str, Any]:
       "flight_acc": sum(f["flight"] for f in fields) / n,
       "name_acc": sum(f["name"] for f in fields) / n,
       "mean_turns": sum(len(r.turns) for r in results) / n,
+      "mean_agent_turns": sum(t.speaker == AGENT for r in results for t in r.turns) / n,
+      "asked_share": sum(shares) / len(shares) if shares else None,
+      "asked_before_closing": sum(bool(r.asked_slots) for r in results) / n,
       "end_reasons": reasons,
       "unparsable_actions": reasons["unparsable_action"],
       "customer_action_blocks": sum(r.customer_action_blocks for r in results),

@@ -9,9 +9,9 @@ self-play generator), so it never sees a dialogue twice. Rows are of five kinds:
             agent's tokens only (with every token as a target the model learns a prior over
             customer names instead of copying them, docs/RESULTS.md).
   customer  its intent as text, then the dialogue, no prefix; targets: the customer's tokens.
-  scene     task pretraining (CALM): the table prefix, one customer turn that states the whole
-            intent, and the agent turn holding the expected action block; targets: that turn.
-            It teaches choosing a flight and copying a name in ~60 tokens, not ~160.
+  scene     task pretraining (CALM): the table prefix and the oracle agent's whole dialogue with
+            a customer of a drawn style and training family, up to its expected action block;
+            targets: the agent's turns (asking for what it lacks, then the right action).
   repeat    a run of random word tokens, then the same run again; targets: the repetition.
             Material for induction heads, the circuit that copies a two-token name from one
             turn into another (without it a small model copies first names long before last).
@@ -40,7 +40,8 @@ import ml_collections
 import numpy as np
 
 from data_pipelines import dialogue as dialogue_lib, mdp
-from data_pipelines.airdialogue import action_grammar, customers, schema, selfplay, to_dialogue
+from data_pipelines.airdialogue import (action_grammar, agents, customers, family_split, schema,
+                                       selfplay, to_dialogue)
 from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue import bc, tasks
 from domains.airdialogue import task as airdialogue
@@ -62,14 +63,35 @@ def parse_mixture(mixture: str) -> tuple[str, ...]:
 
 def scene(sample: schema.Sample, rng: np.random.Generator, dialogue_id: str
           ) -> dialogue_lib.Dialogue:
-  """A two-turn dialogue: the whole intent in one customer turn, then the expected action."""
-  opening = customers.Customer(sample.intent, "volunteer", rng).opening()
+  """The oracle agent's whole dialogue with a customer of a drawn style and training phrasing
+  family, up to its action block (the expected action, under `sample.table`).
+
+  Scenes once were the volunteer's opening and the block: a model trained on them reads the
+  intent from one turn and closes after the customer's first words, so against a customer who
+  says only "Hi." its tracker had nothing to read. A whole dialogue shows where the closing
+  decision comes: after the agent has asked for what it lacks.
+  """
+  style = customers.STYLES[list(customers.STYLES)[rng.integers(len(customers.STYLES))]]
+  customer_families_ = family_split.SPLIT.train("customer")
+  agent_families_ = family_split.SPLIT.train("agent")
+  customer = customers.Customer(sample.intent, style, rng,
+                                customer_families_[rng.integers(len(customer_families_))])
+  agent = agents.ScriptedAgent(sample.table, "oracle", rng,
+                               agent_families_[rng.integers(len(agent_families_))])
+  lines, action, error = selfplay.play(customer, agent)
   expected = sample.expected_action
-  action = schema.Action(expected.status, sample.intent.name, tuple(expected.flights[:1]))
-  turns = (dialogue_lib.Turn("customer", opening),
-           dialogue_lib.Turn("agent", action_grammar.format_action(action)))
+  if action is None or action.status != expected.status or not (
+      set(action.flights) <= set(expected.flights)):
+    raise RuntimeError(f"scene {dialogue_id}: the oracle did not act as expected "
+                       f"({action or error} vs {expected})")
+  turns = []
+  for line in lines:
+    speaker, _, text = line.partition(": ")
+    turns.append(dialogue_lib.Turn(speaker, text))
+    if speaker == "agent" and action_grammar.contains_action(text):
+      break
   return dialogue_lib.Dialogue(
-      dialogue_id=dialogue_id, roles=to_dialogue.ROLES, turns=turns,
+      dialogue_id=dialogue_id, roles=to_dialogue.ROLES, turns=tuple(turns),
       context={"agent": sample.table.to_json(), "customer": sample.intent.to_json()},
       outcome=1.0)
 

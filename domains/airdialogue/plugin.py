@@ -1,4 +1,5 @@
-"""Registers AirDialogue: the task, its environment and its scripted parties.
+"""Registers AirDialogue: the task, its environment and its scripted parties (the corpus's
+customers and agents, and the people-like evaluation customers).
 
 Role "lm" is the dialogue LM of both roles (domains/airdialogue/lm_task.py);
 "agent" and "customer" are the two parties' datasets (task.py).
@@ -11,7 +12,7 @@ import os
 import ml_collections
 
 from data_pipelines.airdialogue import action_grammar, to_dialogue
-from domains.airdialogue import environment, lm_task, parties, task
+from domains.airdialogue import environment, lm_task, parties, people_like, task
 from ilql_dialogue import registry
 
 
@@ -46,3 +47,6 @@ registry.register_party_kind(registry.PartyKind(
     "scripted", parties.make_customer, usage="scripted:STYLE[/FAMILY]"))
 registry.register_party_kind(registry.PartyKind(
     "scripted_agent", parties.make_agent, usage="scripted_agent:NAME[/FAMILY]"))
+registry.register_party_kind(registry.PartyKind(
+    people_like.KIND, people_like.make_customer, check=people_like.check,
+    usage=f"{people_like.KIND}:PERSONA ({'|'.join(people_like.PERSONAS)})"))

@@ -22,6 +22,11 @@ GRPO settings of grpo_airdialogue_quick.py. Only who plays the customer differs:
                 reward and a KL to itself (cotraining/cotrain.py);
     population  Population Co-Training: cotrain plus a FIFO pool of its saved
                 checkpoints, one drawn per rollout batch (cotraining/population.py).
+    mixed       a fixed population that speaks in many ways: every scripted style,
+                each row in a training phrasing family, and the training simulator;
+                one member per rollout batch, every member once per round. Its
+                panel holds out the learned customers named by `held_out` and the
+                people-like customers (`people:*`), whose wording no member speaks.
 
 `simulator` is one reference: it sets the opponent, the picker's, the
 co-trained simulator's start and the panel's one training member. Checkpoints
@@ -37,13 +42,16 @@ import ml_collections
 
 from experiments.configs import cotrain_airdialogue_quick, grpo_airdialogue_quick
 
-ARMS = ("single", "temperature", "cotrain", "population")
+ARMS = ("single", "temperature", "cotrain", "population", "mixed")
 # What tables call an arm whose name says less than what it is.
 LABELS = {"temperature": "temperature 1.0"}
 SIMULATOR = "runs/panel_airdialogue/customer_seed0"
 HELD_OUT = ("runs/panel_airdialogue/customer_seed2", "runs/panel_airdialogue/customer_small")
 SINGLE_TEMPERATURE = 0.3  # "Frozen, low-temperature": the paper's single-simulator baseline.
 PICK_SPEC = "pick:k=5,pick=uniform:"
+# The mixed arm's scripted members: each style, every row in a training phrasing family.
+MIXED_SCRIPTED = tuple(f"scripted:{style}/train" for style in
+                       ("volunteer", "answer_only", "late_reveal", "terse", "chatty"))
 
 
 def get_config(arm: str = "single") -> ml_collections.ConfigDict:
@@ -64,4 +72,9 @@ def get_config(arm: str = "single") -> ml_collections.ConfigDict:
   c.selection.metric = "return"
   c.rl.panel = ml_collections.ConfigDict(dict(training=simulator,
                                               held_out=HELD_OUT + ("scripted:*",)))
+  if arm == "mixed":  # A tuple holds no reference: a new simulator is set in members too.
+    members = MIXED_SCRIPTED + (SIMULATOR,)
+    c.rl.population = ml_collections.ConfigDict(dict(enabled=True, members=members))
+    c.rl.panel = ml_collections.ConfigDict(dict(training=members,
+                                                held_out=HELD_OUT + ("people:*",)))
   return c

@@ -19,11 +19,17 @@ import ml_collections
 
 from experiments.configs import collapse_airdialogue_quick
 
-# The simulator-collapse arms: GRPO updates each (6 rollout batches of 8 scenarios x 4), a
-# pool member every POOL_EVERY updates (so that Population plays several in so few), held-out
-# scenarios per agent x customer. Sized to fit make run's time budget (docs/RESULTS.md).
-ARM_STEPS, POOL_EVERY, COLLAPSE_DIALOGUES = 12, 4, 50
+# The simulator-collapse arms: GRPO updates each (6 rollout batches of 8 scenarios x 4),
+# held-out scenarios per agent x customer. Sized to fit make run's time budget (docs/RESULTS.md).
+ARM_STEPS, COLLAPSE_DIALOGUES = 12, 50
 ARM_VALIDATION_DIALOGUES = 32  # The arms' one evaluation against the learned customer.
+# The arms make run trains: one simulator, Co-Training, and a fixed population that speaks in
+# many ways (collapse_airdialogue_quick.py; `temperature` and `population` run apart).
+ARMS = ("single", "cotrain", "mixed")
+MIXED_MEMBERS = (*collapse_airdialogue_quick.MIXED_SCRIPTED, "bc_customer")
+# The customers no arm trains against: a learned one of another seed, the held-out phrasing
+# families, and customers written apart in the real dataset's people's habits.
+PEOPLE = ("people:silent", "people:partial")
 # What tables and report.json call a run whose name says less than what it is (the run keeps
 # its name: its workdir and evaluation files).
 LABELS = {"calm_agent": "CALM + intent tracker (rule solver)",
@@ -59,8 +65,9 @@ def get_config() -> ml_collections.ConfigDict:
           ("bc_agent", "bc_airdialogue_quick", 200, 100, "dialogue_lm", ()),
           ("bc_customer", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm", ()),
           ("ilql_agent", "ilql_airdialogue_quick", 200, 200, "bc_agent", ()),
-          # 500 updates: its pooled state head books from ~500 (none of 5,004 at 200; RESULTS.md).
-          ("calm_agent", "calm_airdialogue_quick", 500, 250, "dialogue_lm", ()),
+          # 1,000 updates: its state head reads the customers' airports from ~500 and people-like
+          # customers' whole trips from ~750 (docs/RESULTS.md, section 22).
+          ("calm_agent", "calm_airdialogue_quick", 1000, 250, "dialogue_lm", ()),
           # A second customer (another seed: data order, dropout) that no arm trains against.
           ("bc_customer_s1", "bc_airdialogue_customer_quick", 200, 200, "dialogue_lm",
            (("seed", 1),)),
@@ -70,12 +77,14 @@ def get_config() -> ml_collections.ConfigDict:
           # Selected at their last step (one validation: the start is the table's first row).
           (f"{arm}_arm", f"collapse_airdialogue_quick:{arm}", ARM_STEPS, ARM_STEPS,
            "bc_agent", (("simulator", "bc_customer"),
-                        ("rl.panel.held_out", ("bc_customer_s1", "scripted:*")),
                         ("train.eval_at_start", False),
                         # One evaluation selects nothing: a few dialogues log its return.
                         ("online_eval.num_dialogues", ARM_VALIDATION_DIALOGUES))
-           + ((("rl.population.add_every", POOL_EVERY),) if arm == "population" else ()))
-          for arm in collapse_airdialogue_quick.ARMS)})
+           + ((("rl.population.members", MIXED_MEMBERS),
+               ("rl.panel.training", MIXED_MEMBERS),
+               ("rl.panel.held_out", ("bc_customer_s1", "people:*"))) if arm == "mixed" else
+              (("rl.panel.held_out", ("bc_customer_s1", "scripted:*", "people:*")),)))
+          for arm in ARMS)})
   config.training = ml_collections.ConfigDict(dict(
       # Validation scenarios per evaluation (seed 2000) that pick each agent's checkpoint: at
       # 32 (s.e. ~0.08) one CALM seed of three was picked at a step that copies names 0.58 of
@@ -94,22 +103,22 @@ def get_config() -> ml_collections.ConfigDict:
       customer_temperature=1.0,  # The learned customer's sampling.
       # The corpus speaks the training phrasing families (family_split.json); each learned
       # agent also meets the held-out ones: its generalization gap.
-      pairs=(("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
-             ("calm_agent", "scripted:volunteer"),
-             ("bc_agent", "scripted:volunteer/held_out"),
-             ("ilql_agent", "scripted:volunteer/held_out"),
-             ("calm_agent", "scripted:volunteer/held_out"),
-             ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
+      # The people-like customers (domains/airdialogue/people_like.py) are written apart from
+      # every family, in the real dataset's people's habits: `silent` volunteers nothing.
+      pairs=tuple((agent, customer) for customer in (
+          "scripted:volunteer", "scripted:volunteer/held_out", *PEOPLE)
+                  for agent in ("bc_agent", "ilql_agent", "calm_agent"))
+      + tuple(("scripted_agent:oracle", customer) for customer in PEOPLE)
+      + (("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
   ))
   # The simulator-collapse comparison, short (docs/RESULTS.md has it at 100 updates x 3 seeds):
   # the BC agent and each arm against the training simulator and the held-out customers, on
   # COLLAPSE_DIALOGUES held-out scenarios (seed 1000) each.
   config.collapse = ml_collections.ConfigDict(dict(
       start="bc_agent",
-      arms=tuple(f"{arm}_arm" for arm in collapse_airdialogue_quick.ARMS),
+      arms=tuple(f"{arm}_arm" for arm in ARMS),
       training_simulator="bc_customer",
-      held_out=("bc_customer_s1", "scripted:volunteer", "scripted:answer_only",
-                "scripted:late_reveal", "scripted:terse", "scripted:chatty"),
+      held_out=("bc_customer_s1", "scripted:volunteer/held_out", *PEOPLE),
       num_dialogues=COLLAPSE_DIALOGUES,
   ))
   return config
