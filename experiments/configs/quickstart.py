@@ -1,14 +1,16 @@
 """`make run`: the end-to-end pipeline sized for 2 CPU cores.
 
 Data -> tokenizer -> datasets -> the dialogue LM -> a BC agent, a CALM agent (on
-the relabeled corpus and generator scenes; it acts by its pooled state head, whose
+the relabeled corpus and generator scenes; it acts by its state head, whose
 tracked intent a rule solver, calm/state.solve, turns into the booking; played
 greedily, without planning: tables call it "CALM + intent tracker (rule solver)")
 and a BC customer (the first learned simulator) from it, an ILQL agent from the
-BC agent -> each agent against a scripted customer and the learned one -> the
-simulator-collapse comparison, short: four GRPO arms from the BC agent against
-the BC customer, then the start and each arm against it and the held-out
-customers (a BC customer of another seed, the scripted styles). With its name
+BC agent -> each agent against the scripted volunteer (training and held-out
+phrasing families), the people-like customers and the learned one -> the
+simulator-collapse comparison, short: three GRPO arms from the BC agent (one
+simulator, Co-Training, a mixed population), then the start and each arm against
+the BC customer and the held-out customers (a BC customer of another seed, the
+held-out families, the people-like customers). With its name
 drill the dialogue LM copies names after ~500-1,000 updates (docs/RESULTS.md,
 run F); the wall time and the success this budget reaches are measured there.
 The other numbers of docs/RESULTS.md come from longer runs of the same configs
