@@ -271,13 +271,26 @@ class CALMPlanner:
                      [_seed(s, _CANDIDATE_STREAM, j) for s in seeds for j in range(r)])
     self._keys = jax.vmap(jax.random.key)(jnp.asarray(
         [_seed(s, _IMAGINE_STREAM, j) % 2**32 for s in seeds for j in range(r)], jnp.uint32))
-    self._batch, self._turn = len(seeds), 0
+    self._batch = len(seeds)
+    self._turns = np.zeros(len(seeds), np.int64)  # Agent turns each row has said.
     self.held_back = 0
     self._base_hook = self.party._batch_hook
     self.candidates: list[list[str] | None] = [None] * len(seeds)
     self.scores: list[list[float] | None] = [None] * len(seeds)
     self.picked: list[int | None] = [None] * len(seeds)
     self.head_actions: list[tuple[schema.Action, schema.Action] | None] = [None] * len(seeds)
+
+  def load_histories(self, histories: Sequence[Sequence[Turn]]) -> None:
+    """After `reset`: every row (each of its replicas) takes in its history as if it had
+    played it (LMParty.load_histories), with its own turn count, so the next `respond` plans
+    as lockstep play would there (party.resume). A closing turn that act=head rewrote ends
+    its dialogue, so no history continues past one."""
+    if len(histories) != self._batch:
+      raise ValueError(f"CALMPlanner.load_histories: {len(histories)} histories for "
+                       f"{self._batch} rows (reset)")
+    self.party.load_histories([h for h in histories for _ in range(self.replicas)])
+    self._turns = np.asarray([sum(t.speaker == self.role for t in h) for h in histories],
+                             np.int64)
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     if len(histories) != self._batch:
@@ -291,7 +304,7 @@ class CALMPlanner:
     if self.ask:
       self._gate(histories)
     replies_R = self.party.respond([h for h in histories for _ in range(r)])
-    self._turn += 1
+    self._turns[[h is not None for h in histories]] += 1
     self.candidates, self.scores, self.picked = [None] * batch, [None] * batch, [None] * batch
     if self.n == 1:
       return replies_R
@@ -322,7 +335,8 @@ class CALMPlanner:
     party, tok = self.party, self.party.tokenizer
     live = [b for b, h in enumerate(histories) if h is not None and not party._ended[b]]
     hold_B = np.zeros(self._batch, bool)
-    if live and self._turn < ASK_TURNS:
+    gated = [b for b in live if self._turns[b] < ASK_TURNS]
+    if gated:
       rows = [party.token_ids[b] + (party._new_tokens(b, histories[b]) if b in live else [])
               for b in range(self._batch)]
       tokens_BxT, mask_BxT = padded(
@@ -331,7 +345,7 @@ class CALMPlanner:
       confidence_B = np.asarray(tracker_confidence(
           party.decoder, jnp.asarray(party.prefix_fields_BxPxF), tokens_BxT, mask_BxT,
           position_B))
-      hold_B[live] = confidence_B[live] < self.ask
+      hold_B[gated] = confidence_B[gated] < self.ask
     base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
     markers_Bx2 = np.where(hold_B[:, None], [[self._open_marker, self._close_marker]], -1)
     party._batch_hook = lp.ForbidTokens.of(np.concatenate(
@@ -410,7 +424,8 @@ class CALMPlanner:
       params = sampler.SamplingParams.make(
           rows, max_new_tokens=np.where(active_R, max_new, 0), stop_tokens=[tok.eot_id],
           **self.sampling)
-      key = sampler.fold_in(sampler.fold_in(self._keys, self._turn), step)
+      key = sampler.fold_in(sampler.fold_in(self._keys, np.repeat(self._turns, self.replicas)),
+                            step)
       state, tokens_RxN, _, num_R = sampler.generate(
           model, state, params, key, max_new_tokens=max_new, pad_id=tok.pad_id,
           hook=self._forbid[speaker])

@@ -15,7 +15,8 @@ so a turn is a single batched generate call. After the pick, the picked
 replica's cache and records are copied onto its siblings: all k continue the
 dialogue that was actually played (the history LMParty checks), each with its
 own sampling key. Every random choice comes from the row's seed alone, so a
-dialogue replays in any batch.
+dialogue replays in any batch, and `load_histories` resumes one at any turn
+(ilql_dialogue/party.resume).
 
 Spec: `pick:[k=K,pick=RULE,t=T:]PATH`, PATH a checkpoint workdir, e.g.
 `pick:k=5,pick=uniform:/runs/customer`.
@@ -110,6 +111,19 @@ class KSamplePicker:
     self._rngs = [pick_rng(s) for s in seeds]
     self.candidates: list[list[str | None]] = [[None] * k for _ in seeds]
     self.picked: list[int | None] = [None] * len(seeds)
+
+  def load_histories(self, histories: Sequence[Sequence[Turn]]) -> None:
+    """After `reset`: every row's k replicas take in its history as if they had played it
+    (LMParty.load_histories), and its pick generator skips the one pick each of its own
+    turns drew, so the next `respond` picks as lockstep play would there."""
+    batch, k = len(self._rngs), self.k
+    if len(histories) != batch:
+      raise ValueError(f"KSamplePicker.load_histories: {len(histories)} histories for "
+                       f"{batch} rows (reset)")
+    self.party.load_histories([h for h in histories for _ in range(k)])
+    for rng, history in zip(self._rngs, histories):
+      for _ in range(sum(turn.speaker == self.role for turn in history)):
+        rng.choice(k, p=np.full(k, 1.0 / k))  # One uniform draw, whatever the rule's p.
 
   def _seq_logprob(self, r: int) -> float:
     """Replica r's reply this turn: the sum of its sampled tokens' log-probs."""

@@ -6,9 +6,11 @@ JSON, each with the probability it gives it,
 
     {"responses": [{"text": "...", "probability": 0.4}, ...]}
 
-and one candidate is drawn per row from the row's seed: `uniform` (the
-paper's main setting), `weighted` by the stated probabilities, or `tail`
-(those capped at t, renormalized; cotraining/k_sample.tail).
+and one candidate is drawn per row from the row's seed and turn: `uniform`
+(the paper's main setting), `weighted` by the stated probabilities, or `tail`
+(those capped at t, renormalized; cotraining/k_sample.tail). The prompt is
+rebuilt from the whole history each turn, so a dialogue resumes at any turn
+from its turn count alone (`load_histories`, ilql_dialogue/party.resume).
 
 Any served model works (the `openai` client with a configurable base_url:
 experiments/serve.py serves this project's models on loopback). Small models
@@ -49,6 +51,7 @@ DEFAULT_RETRIES = 2  # The released code's: two more requests, then the raw text
 DEFAULT_MAX_TOKENS = 512  # k short replies as JSON.
 _FENCE_RE = re.compile(r"```[A-Za-z0-9_-]*")
 _SEED_STREAM = 2  # SeedSequence spawn key of request seeds (k_sample uses 0 and 1).
+_PICK_STREAM = 3  # SeedSequence spawn key of the picks, one generator per turn.
 
 SYSTEM_PROMPT = """You are role-playing the {role} in a conversation.
 What only you, the {role}, know:
@@ -166,6 +169,12 @@ def request_seed(seed: int, turn: int, attempt: int) -> int:
   return int(ss.generate_state(1, np.uint32)[0] >> 1)  # Fits a signed 32-bit int.
 
 
+def pick_rng(seed: int, turn: int) -> np.random.Generator:
+  """The generator of a row's pick at one turn: from the row's seed and the turn alone, so a
+  turn picks the same whether the row's earlier replies parsed or fell back."""
+  return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(_PICK_STREAM, turn)))
+
+
 class VSLLMParty:
   """A simulator served behind an OpenAI-compatible endpoint, answering by VS (module docstring).
 
@@ -194,10 +203,17 @@ class VSLLMParty:
     if len(contexts) != len(seeds):
       raise ValueError(f"VSLLMParty.reset: {len(contexts)} contexts and {len(seeds)} seeds")
     self._contexts, self._seeds = list(contexts), [int(s) for s in seeds]
-    self._rngs = [k_sample.pick_rng(s) for s in seeds]
     self._turns = [0] * len(seeds)
     self.candidates: list[list[Candidate] | None] = [None] * len(seeds)
     self.picked: list[int | None] = [None] * len(seeds)
+
+  def load_histories(self, histories: Sequence[Sequence[Turn]]) -> None:
+    """After `reset`: each row continues after its own turns in its history (module
+    docstring); only its turn count is kept between turns."""
+    if len(histories) != len(self._seeds):
+      raise ValueError(f"VSLLMParty.load_histories: {len(histories)} histories for "
+                       f"{len(self._seeds)} rows (reset)")
+    self._turns = [sum(turn.speaker == self.role for turn in h) for h in histories]
 
   def _complete(self, b: int, history: Sequence[Turn], attempt: int) -> str:
     response = self.client.chat.completions.create(
@@ -226,15 +242,15 @@ class VSLLMParty:
       results = list(pool.map(lambda b: self._candidates(b, histories[b]), live))
     replies: list[str | None] = [None] * len(histories)
     for b, (candidates, raw, requests) in zip(live, results):
-      self._turns[b] += 1
+      turn, self._turns[b] = self._turns[b], self._turns[b] + 1
       self.candidates[b], self.picked[b] = candidates, None
       self.stats.update(requests=requests, retries=requests - 1)
       self.stats["parsed" if candidates is not None else "fallbacks"] += 1
       if candidates is None:
         replies[b] = strip_code_fences(raw).strip()
         continue
-      j = int(self._rngs[b].choice(len(candidates),
-                                   p=pick_probabilities(self.pick, candidates, self.t)))
+      j = int(pick_rng(self._seeds[b], turn).choice(
+          len(candidates), p=pick_probabilities(self.pick, candidates, self.t)))
       self.picked[b], replies[b] = j, candidates[j].text
     return replies
 

@@ -149,7 +149,10 @@ class LMParty:
   a structured prefix (bc.PrefixLM, CALM's table) gets `prefix_fields(context,
   where) -> int32 [P, F]` embedded before the tokens instead. `reset` prefills the context;
   each `respond` APPENDS only what is new (the other side's turns since this
-  party last spoke, then its forced speaker token) and samples until <|eot|>.
+  party last spoke, then its forced speaker token) and samples until <|eot|>. A
+  turn of a speaker that is no role of the environment (its OBSERVER, e.g. a tool's
+  result after this party's call) is read like the other side's: the tokenizer must
+  have that speaker among its roles, and this party may never write its token.
   Blocks are written `chunk` slots at a time (one compiled shape), and
   `compact` reclaims padding slots when the cache fills. A row ends (gets None)
   once its next block and turn would pass `row_limit` = max_positions -
@@ -246,7 +249,9 @@ class LMParty:
     # One key per row, from that row's seed alone: a row samples the same tokens in any batch.
     self._key = jax.vmap(jax.random.key)(jnp.asarray(
         [np.random.SeedSequence(int(s)).generate_state(1)[0] for s in seeds], jnp.uint32))
-    self._calls = 0
+    # Sampling calls per row: a row's key for its n-th reply is its own key folded with n,
+    # so the row samples the same tokens however many calls other rows have had.
+    self._calls = np.zeros(batch, np.int64)
     self._seen = [0] * batch  # Turns of each row's history already in the cache.
     self._last = [None] * batch  # This party's last reply per row.
     self._open = [False] * batch  # Last turn ended by the length cap, not <|eot|>.
@@ -260,9 +265,13 @@ class LMParty:
 
   def load_histories(self, histories: Sequence[Sequence[Turn]]) -> None:
     """After `reset`: each row takes in its history as if it had played it, its own turns
-    included (up to its last one), so the next `respond` continues from there. For
-    measuring a party at states it did not reach itself (cotraining/sharpness.py); the
-    loaded turns count as read, not sampled."""
+    included (up to its last one), so the next `respond` continues from there, with the
+    sampling key it would have had there (`_calls` = its own turns loaded). For measuring
+    a party at states it did not reach itself (cotraining/sharpness.py) and for resuming
+    dialogues (party.resume); the loaded turns count as read, not sampled.
+
+    Own turns are read as the tokenizer encodes their text: a resumed row continues as the
+    played one did when its replies re-encode to the ids it sampled."""
     tok = self.tokenizer
     if len(histories) != len(self.token_ids):
       raise ValueError(f"LMParty.load_histories: {len(histories)} histories for "
@@ -276,6 +285,7 @@ class LMParty:
         self.sampled[b] += [False] * len(ids)
         self.logprobs[b] += [0.0] * len(ids)
       self._seen[b], self._last[b] = len(loaded), loaded[-1].text if loaded else None
+      self._calls[b] = sum(turn.speaker == self.role for turn in loaded)
       if len(self.token_ids[b]) + 1 + self.max_new_tokens > self.row_limit:
         raise ValueError(f"LMParty({self.role}), row {b}: a history of {len(loaded)} turns "
                          f"leaves no room for a turn in row_limit={self.row_limit}")
@@ -339,7 +349,7 @@ class LMParty:
         batch, max_new_tokens=np.where(active_B, self.max_new_tokens, 0),
         stop_tokens=[tok.eot_id], **self.sampling)
     key = sampler.fold_in(self._key, self._calls)
-    self._calls += 1
+    self._calls[active_B] += 1
     self._state, tokens_BxN, logprobs_BxN, num_B = sampler.generate(
         self.decoder, self._state, params, key, max_new_tokens=self.max_new_tokens,
         pad_id=tok.pad_id, hook=self._batch_hook)

@@ -20,6 +20,11 @@ the engine (ilql_dialogue/environment.py) never looks inside a party:
 The engine calls `respond` once per turn with all rows at once, so a learned
 party decodes the whole batch in one call. Parties are named by spec strings
 (ilql_dialogue/party_spec.py) and built by ilql_dialogue/parties.py.
+
+`resume` brings a fresh party to where B dialogues stand, each at its own turn
+(e.g. a server answering people of different sessions in one batch). A party
+may offer `load_histories(histories)` for it (LMParty: one prefill); any
+other party is replayed through `respond`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,52 @@ class Party(Protocol):
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     ...
+
+
+def own_turns(history: Sequence[Turn], role: str | None) -> list[int]:
+  """Indices of the turns of `history` that the party about to speak after it said: those of
+  `role`, or, for a party that names no role, every second turn back from the end (two
+  parties alternate)."""
+  if role is not None:
+    return [k for k, turn in enumerate(history) if turn.speaker == role]
+  return list(range(len(history) - 2, -1, -2))[::-1]
+
+
+def resume(party: Party, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int],
+           histories: Sequence[Sequence[Turn]], *, role: str | None = None) -> None:
+  """`reset(contexts, seeds)`, then brings every row to where it stands after its own last
+  turn in `histories[b]`, as if it had played it: the next `respond(histories)` gives the
+  reply lockstep `environment.play` would give there (same seed, same reply).
+
+  Rows may stand at different turns. A party with `load_histories` loads them; any other
+  is replayed: `respond` is called on each history prefix before one of its own turns,
+  the k-th of every row in the k-th call (rows with no k-th turn get None, as finished
+  rows do), and must say what was recorded. `role` names the party's turns (default: the
+  party's `role` attribute, else every second turn back from the end).
+
+  Raises:
+    ValueError: a replayed reply differs from the recorded turn (naming row and turn).
+  """
+  if len(histories) != len(contexts):
+    raise ValueError(f"resume: {len(histories)} histories for {len(contexts)} contexts")
+  party.reset(contexts, seeds)
+  load = getattr(party, "load_histories", None)
+  if load is not None:
+    load(histories)
+    return
+  role = role if role is not None else getattr(party, "role", None)
+  own = [own_turns(history, role) for history in histories]
+  for step in range(max(map(len, own), default=0)):
+    prefixes = [list(h[:turns[step]]) if step < len(turns) else None
+                for h, turns in zip(histories, own)]
+    replies = party.respond(prefixes)
+    for b, prefix in enumerate(prefixes):
+      if prefix is None:
+        continue
+      recorded = histories[b][own[b][step]].text
+      if replies[b] != recorded:
+        raise ValueError(f"resume: row {b}, turn {own[b][step]}: the party says "
+                         f"{replies[b]!r:.200}, the history has {recorded!r:.200}")
 
 
 def check_rows(name: str, histories: Sequence[Any], batch: int) -> None:

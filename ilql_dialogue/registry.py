@@ -14,18 +14,54 @@ import dataclasses
 import importlib
 import importlib.metadata
 import types
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import ml_collections
 
 from data_pipelines import mdp
 from ilql_dialogue import baselines, bc, ilql
 
+if TYPE_CHECKING:
+  from ilql_dialogue.environment import Episode
+
 PLUGIN_GROUP = "ilql_dialogue.plugins"
 
 
 def _empty() -> Mapping[str, Any]:
   return types.MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+  """What a task shows a person who plays one of its roles in a human study.
+
+  A study serves the task's environment with a person in `human_role` and
+  agent parties in the other; these fields are all it needs to know of the
+  task beyond the environment.
+
+  human_role: the role the person plays.
+  instructions: plain text the person reads first, paragraphs split by blank lines.
+  card: the person's private context (as `env.context` gives it) -> labelled lines
+    [(label, value), ...] the page shows beside the chat.
+  outcome: (env, finished Episode) -> named numbers, scored as the task's evaluation
+    scores the same dialogue; the first is the headline ("success", "donation"). A number
+    is None where that evaluation leaves the dialogue out of it (AirDialogue's booking
+    success of a scenario without a flight to book, P4G's donation never stated).
+  closing_field: the number a person states to end the dialogue (e.g. "donation"),
+    or None when only the agent ends it.
+  closing_turn: that number -> the person's closing turn, text `env.ending` reads.
+  closing_range: the allowed values of that number, (low, high).
+  env_options: `make_env` options for the study's scenarios (P4G: {"split": "eval"}).
+  """
+
+  human_role: str
+  instructions: str
+  card: Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+  outcome: Callable[[Any, "Episode"], dict[str, float | None]]
+  closing_field: str | None = None
+  closing_turn: Callable[[float], str] | None = None
+  closing_range: tuple[float, float] | None = None
+  env_options: Mapping[str, Any] = dataclasses.field(default_factory=_empty)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +79,8 @@ class TaskSpec:
     write; every other role's decoding is forbidden them.
   check_data: (config.task, where) -> None; raises ValueError naming what is
     missing, so a run fails at start-up rather than at its first batch.
+  study: what a person playing one role is shown and scored by (StudySpec), or
+    None for a task without a human study.
   """
 
   name: str
@@ -53,6 +91,7 @@ class TaskSpec:
   make_env: Callable[[ml_collections.ConfigDict], Any] | None = None
   block_markers: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=_empty)
   check_data: Callable[[ml_collections.ConfigDict, str], None] | None = None
+  study: StudySpec | None = None
 
   def other_role(self, role: str) -> str:
     """The opponent of `role` in a two-party task."""

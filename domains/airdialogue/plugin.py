@@ -12,7 +12,7 @@ import os
 import ml_collections
 
 from data_pipelines.airdialogue import action_grammar, to_dialogue
-from domains.airdialogue import environment, lm_task, parties, people_like, task
+from domains.airdialogue import environment, lm_task, parties, people_like, study, task
 from ilql_dialogue import registry
 
 
@@ -42,6 +42,7 @@ TASK = registry.register_task(registry.TaskSpec(
     make_env=lambda options: environment.AirDialogueEnv(reward=options.get("reward", "success")),
     block_markers={parties.AGENT: (action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG)},
     check_data=_check_data,
+    study=study.STUDY,
 ))
 registry.register_party_kind(registry.PartyKind(
     "scripted", parties.make_customer, usage="scripted:STYLE[/FAMILY]"))

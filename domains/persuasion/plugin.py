@@ -7,7 +7,7 @@ import os
 import ml_collections
 
 from data_pipelines.persuasion import loader
-from domains.persuasion import environment, task
+from domains.persuasion import environment, study, task
 from ilql_dialogue import registry
 
 
@@ -40,4 +40,5 @@ TASK = registry.register_task(registry.TaskSpec(
     make_env=_make_env,
     block_markers={loader.ROLES[1]: task.MARKERS},
     check_data=_check_data,
+    study=study.STUDY,
 ))

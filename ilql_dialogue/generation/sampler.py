@@ -232,11 +232,14 @@ def append(model: Any, state: DecodeState, tokens_BxT: jax.Array,
                  window=attend_window(state.cache.max_len, used + tokens_BxT.shape[1]))
 
 
-def fold_in(rng: jax.Array, data: jax.Array) -> jax.Array:
-  """`jax.random.fold_in` for one key or for per-row keys [B] (each folded with `data`)."""
+def fold_in(rng: jax.Array, data: Any) -> jax.Array:
+  """`jax.random.fold_in` for one key, or for per-row keys [B]: each folded with the scalar
+  `data`, or with its own `data[b]` when `data` has one value per row."""
   if rng.ndim == 0:
     return jax.random.fold_in(rng, data)
-  return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, data)
+  if jnp.ndim(data) == 0:
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(rng, data)
+  return jax.vmap(jax.random.fold_in)(rng, jnp.asarray(data, jnp.uint32))
 
 
 def _categorical(rng: jax.Array, logits_BxV: jax.Array) -> jax.Array:
