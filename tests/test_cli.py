@@ -165,9 +165,9 @@ def test_good_input_and_every_shipped_config_pass(paths):
   for entry in sorted(os.listdir(os.path.join(REPO, "experiments", "configs"))):
     name = entry.removesuffix(".py")
     # quickstart* are the pipeline's (tests/test_pipeline.py); panel_* are simulator panels
-    # (tests/test_cotraining_panels.py).
+    # (tests/test_cotraining_panels.py); study_* are studies (tests/test_study_api.py).
     if (entry.endswith(".py") and name not in ("__init__", "bc_tiny")
-        and not name.startswith(("panel_", "quickstart"))):
+        and not name.startswith(("panel_", "quickstart", "study_"))):
       module = __import__(f"experiments.configs.{name}", fromlist=["get_config"])
       config_checks.check_train_fields(module.get_config(), name)
 
