@@ -6,8 +6,13 @@ for Good, or a `module:attr` task) on held-out scenarios, and reports the mean r
         --num_dialogues=102 --workdir=runs/p4g/eval [--split=eval --seed=1000 \
         --temperature=0 --opponent_temperature=1.0 --max_new_tokens=48 --max_turns=24]
 
---party / --opponent: a training workdir (WORKDIR@STEP for one of its saved
-steps) or module.path:ClassName; the opponent plays every role but --role.
+    python -m experiments.evaluate_env --env=tau2_retail --role=agent \
+        --party=tau2_agent:oracle --opponent=tau2_customer:scripted --split=test \
+        --num_dialogues=40 --max_turns=200 --workdir=runs/tau2/eval
+
+--party / --opponent: a party spec (a training workdir, WORKDIR@STEP for one of its
+saved steps, a registered kind, or module.path:ClassName); the opponent plays every
+role but --role.
 Scenarios are env.sample(seed, n) of --split: for P4G the personas of the
 held-out dialogues ("eval", 102), seed 1000 for reports (checkpoint selection
 uses 2000, training 100000+). Prints the summary as one JSON object and writes
@@ -26,8 +31,11 @@ from workflows import config_checks, evaluate
 
 _ENV = flags.DEFINE_string("env", "persuasion", "A registered task (or module:attr naming a "
                            "TaskSpec) whose environment is played.")
-_SPLIT = flags.DEFINE_enum("split", "eval", ["train", "eval"], "Scenario split.")
-_DATA_DIR = flags.DEFINE_string("data_dir", "", "The corpus; '' = $P4G_DATA_DIR.")
+_SPLIT = flags.DEFINE_string("split", "eval", "Scenario split, as the task's environment names "
+                             "them (P4G: train, eval; tau2_retail: train, test, base, "
+                             "generated).")
+_DATA_DIR = flags.DEFINE_string("data_dir", "", "The task's data; '' = its default "
+                                "($P4G_DATA_DIR, $TAU2_RETAIL_DATA_DIR).")
 _ROLE = flags.DEFINE_string("role", None, "The role --party plays.", required=True)
 _PARTY = flags.DEFINE_string("party", None, "Party spec playing --role.", required=True)
 _OPPONENT = flags.DEFINE_string("opponent", None, "Party spec playing the other roles.",
@@ -57,8 +65,9 @@ def main(argv):
     spec = registry.task(_ENV.value)
   if spec.make_env is None:
     raise cli.BadInput(f"--env={_ENV.value}: the task has no environment")
-  env = spec.make_env(ml_collections.ConfigDict(dict(
-      env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value)))
+  with cli.reported_as(f"--env={_ENV.value} --split={_SPLIT.value}"):
+    env = spec.make_env(ml_collections.ConfigDict(dict(
+        env=_ENV.value, split=_SPLIT.value, data_dir=_DATA_DIR.value)))
   if _ROLE.value not in env.turn_order:
     raise cli.BadInput(f"--role={_ROLE.value}: {_ENV.value}'s roles are {list(env.turn_order)}")
   config_checks.check_party(_PARTY.value, _ROLE.value, "--party")

@@ -37,9 +37,12 @@ def forbidden_token_ids(tokenizer: DialogueTokenizer, role: str,
   special token but <|eot|>, and the markers of the closing blocks other roles own.
 
   A tokenizer of a task with such a block but without its single-id markers cannot
-  mask it by one id; the block is then only kept out of the outcome by the engine,
+  mask it by one id (a warning says so when `block_markers` names the task's; by default,
+  every registered task's, markers the tokenizer lacks are taken for another task's, since
+  tasks share role names); the block is then only kept out of the outcome by the engine,
   which reads it from its owner's turns alone (and counts the others').
   """
+  warn = block_markers is not None
   if block_markers is None:
     block_markers = registry.block_markers()
   ids = set(tokenizer.special_ids) - {tokenizer.eot_id}
@@ -47,7 +50,7 @@ def forbidden_token_ids(tokenizer: DialogueTokenizer, role: str,
     if owner == role:
       continue
     missing = [m for m in markers if m not in tokenizer.marker_ids]
-    if missing and owner in tokenizer.roles:
+    if warn and missing and owner in tokenizer.roles:
       logging.warning("tokenizer has no single-id markers %s: the %s's block is not masked for "
                       "the %s while decoding (train the tokenizer with markers=%s)",
                       missing, owner, role, list(markers))
