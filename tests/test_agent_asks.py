@@ -52,7 +52,7 @@ def test_a_trained_agent_asks_a_silent_customer_before_it_closes(root, tmp_path)
   assert before["asked_before_closing"] < 0.5  # The test can fail: babble asks nothing.
 
   trained = str(tmp_path / "trained")
-  launcher.run(_config(root, 300), trained)
+  launcher.run(_config(root, 150), trained)
   after = _play(trained, str(tmp_path / "eval_trained"))
   assert after["asked_before_closing"] >= 0.9, after
   # It goes on asking for the trip: more than the greeting's one question.

@@ -1,12 +1,12 @@
 """Every command-line main answers bad input with one line that names it, exit status 1 and no
-traceback (data_pipelines/cli.py, workflows/config_checks.py). The mains run as subprocesses,
-all at once: each spends its seconds importing JAX before it checks anything."""
+traceback (data_pipelines/cli.py, workflows/config_checks.py). The mains run as `python -m`
+would, each forked from one process that imported JAX once (tests/forked_mains.py)."""
 
-import concurrent.futures
 import json
 import os
 import subprocess
 import sys
+import types
 
 import ml_collections
 import pytest
@@ -134,16 +134,15 @@ CASES = {
 }
 
 
-def _run(module, *flags):
-  return subprocess.run([sys.executable, "-m", module, *flags], cwd=REPO, capture_output=True,
-                        text=True, timeout=300)
-
-
 @pytest.fixture(scope="module")
 def results(paths):
-  with concurrent.futures.ThreadPoolExecutor(4) as pool:
-    futures = {name: pool.submit(_run, *case(paths)[0]) for name, case in CASES.items()}
-  return {name: future.result() for name, future in futures.items()}
+  """Every case's main, forked from one process that imported JAX once (forked_mains.py)."""
+  commands = [list(case(paths)[0]) for case in CASES.values()]
+  done = subprocess.run([sys.executable, os.path.join(REPO, "tests", "forked_mains.py")],
+                        input=json.dumps(commands), cwd=REPO, capture_output=True, text=True,
+                        timeout=600, check=True)
+  return {name: types.SimpleNamespace(**result)
+          for name, result in zip(CASES, json.loads(done.stdout))}
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -19,7 +19,16 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
   config.training.update(online_dialogues=2)
   config.evaluation.update(num_dialogues=2, batch_size=2, max_turns=4, max_new_tokens=8,
                            agent_temperature=0.0, customer_temperature=0.5)
-  # A simulator along its training: the oracle against the customer's checkpoint at a step.
+  # One pair of each kind make run plays (a learned agent against a scripted, a held-out and a
+  # people-like customer and the learned customer; the oracle against the people-like and the
+  # learned customer), and a simulator along its training: the oracle against the customer's
+  # checkpoint at a step.
+  kept = {("bc_agent", "scripted:volunteer"), ("ilql_agent", "scripted:volunteer"),
+          ("calm_agent", "scripted:volunteer"), ("calm_agent", "scripted:volunteer/held_out"),
+          ("calm_agent", "people:partial"), ("scripted_agent:oracle", "people:silent"),
+          ("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")}
+  config.evaluation.pairs = tuple(p for p in config.evaluation.pairs if tuple(p) in kept)
+  assert len(config.evaluation.pairs) == len(kept)
   config.evaluation.pairs += (("scripted_agent:oracle", "bc_customer@2"),)
   # The simulator-collapse comparison with two of its three arms (each arm's config has its
   # own tests: test_cotraining_config.py).
