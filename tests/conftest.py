@@ -72,6 +72,18 @@ def p4g_missing_reason() -> str | None:
 
 
 @pytest.fixture(scope="session")
+def tau2_data_dir() -> str:
+  """The τ²-bench retail folder ($TAU2_RETAIL_DATA_DIR); skips the test, saying what to set,
+  when there is none."""
+  from domains.tau2_retail import paths  # Only the retail tests need the plug-in.
+
+  reason = paths.missing_reason()
+  if reason is not None:
+    pytest.skip(reason)
+  return paths.resolve_data_dir()
+
+
+@pytest.fixture(scope="session")
 def p4g_data_dir() -> str:
   """The Persuasion for Good folder ($P4G_DATA_DIR); skips the test when there is none."""
   reason = p4g_missing_reason()

@@ -23,11 +23,8 @@ PRISTINE_HASH = "3ca5bd70e621602e23d909c87f26224a1a486e75955d8a6da53721ec224b23d
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> str:
-  reason = paths.missing_reason()
-  if reason is not None:
-    pytest.skip(reason)  # Says what to set.
-  return paths.resolve_data_dir()
+def data_dir(tau2_data_dir) -> str:
+  return tau2_data_dir
 
 
 def _without_nulls(obj):

@@ -11,7 +11,7 @@ import pytest
 from data_pipelines.dialogue import read_jsonl
 from domains.tau2_retail import db as db_lib
 from domains.tau2_retail import snapshot as snapshot_lib
-from domains.tau2_retail import (agents, contexts, corpus, environment, generate, parties, paths,
+from domains.tau2_retail import (agents, contexts, corpus, environment, generate, parties,
                                  phrases, reward, selfplay, task, tasks, tools, turns, users)
 from ilql_dialogue import environment as engine
 from ilql_dialogue import registry
@@ -22,11 +22,8 @@ CANCEL = {"order_id": "#W2", "reason": "no longer needed"}
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> str:
-  reason = paths.missing_reason()
-  if reason is not None:
-    pytest.skip(reason)  # Says what to set.
-  return paths.resolve_data_dir()
+def data_dir(tau2_data_dir) -> str:
+  return tau2_data_dir
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from domains.tau2_retail import db as db_lib
 from domains.tau2_retail import snapshot as snapshot_lib
-from domains.tau2_retail import paths, reward, tasks, tools, turns
+from domains.tau2_retail import reward, tasks, tools, turns
 
 NOT_FOUND = {
     "get_product_details": "Error: Product not found",
@@ -44,11 +44,8 @@ EXPECTED_GOLD_ERRORS = {
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> str:
-  reason = paths.missing_reason()
-  if reason is not None:
-    pytest.skip(reason)  # Says what to set.
-  return paths.resolve_data_dir()
+def data_dir(tau2_data_dir) -> str:
+  return tau2_data_dir
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 from domains.tau2_retail import db as db_lib
 from domains.tau2_retail import snapshot as snapshot_lib
-from domains.tau2_retail import (agents, paths, phrases, policy_audit, selfplay, tasks, tools,
+from domains.tau2_retail import (agents, phrases, policy_audit, selfplay, tasks, tools,
                                  turns, users)
 from test_tau2_retail_tools import BIG, BLUE, RED, SMALL, tiny_shop
 
@@ -22,11 +22,8 @@ UNSAID = {"2", "3", "4", "19", "21", "24", "29", "30", "31", "32", "36", "37", "
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> str:
-  reason = paths.missing_reason()
-  if reason is not None:
-    pytest.skip(reason)  # Says what to set.
-  return paths.resolve_data_dir()
+def data_dir(tau2_data_dir) -> str:
+  return tau2_data_dir
 
 
 def _action(i: int, name: str, **arguments) -> tasks.Action:

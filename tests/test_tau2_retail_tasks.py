@@ -6,15 +6,12 @@ import json
 
 import pytest
 
-from domains.tau2_retail import paths, tasks
+from domains.tau2_retail import tasks
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> str:
-  reason = paths.missing_reason()
-  if reason is not None:
-    pytest.skip(reason)  # Says what to set.
-  return paths.resolve_data_dir()
+def data_dir(tau2_data_dir) -> str:
+  return tau2_data_dir
 
 
 def _task(task_id: str) -> dict:
