@@ -7,6 +7,9 @@ Prints parameters, optimizer state, gradients, activations and the decoding KV
 cache per device (ilql_dialogue/memory_plan.py: jax.eval_shape of the real
 train state and loss, sharded by the run's own rules on an abstract mesh, so
 no device and no weights are needed), then "fits" or "does NOT fit".
+`--parameters=N` first lists the model's N largest arrays (0: all) with their
+placement and bytes per device (any algorithm: no loss is traced for it): an
+array still whole on a mesh of several devices is one no sharding rule reaches.
 """
 
 import copy
@@ -28,6 +31,8 @@ _SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Padded training row length (de
 _DECODE_BATCH = flags.DEFINE_integer("decode_batch", 16, "Rows decoded at once.", lower_bound=1)
 _DECODE_LEN = flags.DEFINE_integer("decode_len", None, "KV cache slots per row (default "
                                    "model.max_seq_len).", lower_bound=1)
+_PARAMETERS = flags.DEFINE_integer("parameters", None, "Also list the model's N largest "
+                                   "arrays per device (0: all).", lower_bound=0)
 
 
 def main(argv):
@@ -42,6 +47,10 @@ def main(argv):
     raise cli.BadInput("config.model.vocab_size is 0 (taken from the data when training); "
                        "pass --config.model.vocab_size=N")
   config_checks.check_train_fields(config)
+  if _PARAMETERS.value is not None:
+    with cli.reported_as("--config"):
+      arrays = memory_plan.state_bytes(config, mesh)[1]
+    print(memory_plan.parameter_report(arrays, _PARAMETERS.value))
   with cli.reported_as("--config"):
     plan = memory_plan.plan(config, mesh, seq_len=_SEQ_LEN.value,
                             decode_batch=_DECODE_BATCH.value, decode_len=_DECODE_LEN.value)

@@ -21,19 +21,25 @@ Everything comes from `jax.eval_shape` of the code that runs, on an
     `decode_batch` rows of `decode_len` slots for the model the sampler runs
     (for ILQL every trunk it stacks), rows split over data * fsdp and kv heads
     over tensor where they divide.
+
+`state_bytes` also lists each model array's placement, so an array that stays
+whole on every device while the mesh grows (a logical axis mapped to no mesh
+axis) shows up by name (`parameter_report`), not only as a total that shrinks
+slowly. It traces no loss, so it lists the arrays of any algorithm, including
+those whose batches `abstract_batch` cannot describe (CALM's, online RL's).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import ml_collections
 import numpy as np
 from flax import nnx
-from jax.sharding import AbstractMesh
+from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from data_pipelines import mdp
 from ilql_dialogue import bc, registry, sharding, train_loop, value_guidance
@@ -57,6 +63,21 @@ def parse_mesh(text: str) -> dict[str, int]:
                        f"{sharding.MESH_AXES} and SIZE >= 1, got {part!r}")
     sizes[name] = int(value)
   return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayPlan:
+  """One array of the model's state: its shape, where it lives, its bytes whole and per device.
+
+  `kind` is "parameters" (trained) or "frozen" (model state the optimizer does not update).
+  """
+
+  path: str
+  kind: str
+  shape: tuple[int, ...]
+  spec: P
+  nbytes: int
+  device_bytes: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,21 +120,46 @@ def _shard_bytes(x: Any, spec: Any, mesh: AbstractMesh) -> int:
 
 
 def _state_bytes(state: nnx.State, shardings: nnx.State, mesh: AbstractMesh
-                 ) -> dict[str, int]:
+                 ) -> tuple[dict[str, int], list[ArrayPlan]]:
   """Per-device bytes of the train state (model parameters, other model state, the rest)
-  and of the float32 gradient sum, which is sharded like the parameters."""
+  and of the float32 gradient sum, which is sharded like the parameters; and the model's
+  arrays one by one."""
   is_var = lambda x: isinstance(x, nnx.Variable)  # noqa: E731
   totals = dict.fromkeys(("parameters", "frozen", "optimizer", "gradients"), 0)
+  arrays = []
   for (path, var), placed in zip(jax.tree.leaves_with_path(state, is_leaf=is_var),
                                  jax.tree.leaves(shardings, is_leaf=is_var), strict=True):
     value, spec = var.get_value(), placed.get_value().spec
     in_model = getattr(path[0], "key", None) == "model"
     kind = ("parameters" if isinstance(var, nnx.Param) else "frozen") if in_model else "optimizer"
-    totals[kind] += _shard_bytes(value, spec, mesh)
+    device_bytes = _shard_bytes(value, spec, mesh)
+    totals[kind] += device_bytes
     if kind == "parameters":
       totals["gradients"] += _shard_bytes(jax.ShapeDtypeStruct(value.shape, np.float32), spec,
                                           mesh)
-  return totals
+    if in_model:
+      arrays.append(ArrayPlan(path=_dotted(path[1:]), kind=kind, shape=tuple(value.shape),
+                              spec=spec, nbytes=_nbytes(value), device_bytes=device_bytes))
+  return totals, arrays
+
+
+def _dotted(path: tuple[Any, ...]) -> str:
+  """'q_heads.0.out_kernel' for a state path."""
+  return ".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def abstract_mesh(mesh_sizes: Mapping[str, int]) -> AbstractMesh:
+  """A mesh of these sizes that needs no device: planning a pod on a laptop."""
+  return AbstractMesh(tuple(mesh_sizes[a] for a in sharding.MESH_AXES), sharding.MESH_AXES)
+
+
+def state_bytes(config: ml_collections.ConfigDict, mesh_sizes: Mapping[str, int]
+                ) -> tuple[dict[str, int], list[ArrayPlan]]:
+  """The train state's part of `plan` alone (parameters, frozen, optimizer, gradients, and
+  the model's arrays): shapes and shardings only, no loss traced, so it takes a second."""
+  mesh = abstract_mesh(mesh_sizes)
+  training = train_loop.build_training(config, registry.make_algorithm(config), mesh)
+  return _state_bytes(training.abstract_state, training.shardings, mesh)
 
 
 def abstract_batch(config: ml_collections.ConfigDict, rows: int, length: int) -> dict:
@@ -146,7 +192,7 @@ def plan(config: ml_collections.ConfigDict, mesh_sizes: Mapping[str, int], *,
 
   `seq_len` (default model.max_seq_len) is the padded length of a training row.
   """
-  mesh = AbstractMesh(tuple(mesh_sizes[a] for a in sharding.MESH_AXES), sharding.MESH_AXES)
+  mesh = abstract_mesh(mesh_sizes)
   seq_len = seq_len or config.model.max_seq_len
   decode_len = decode_len or config.model.max_seq_len
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -155,7 +201,7 @@ def plan(config: ml_collections.ConfigDict, mesh_sizes: Mapping[str, int], *,
 
   algorithm = registry.make_algorithm(config)
   training = train_loop.build_training(config, algorithm, mesh)
-  state_bytes = _state_bytes(training.abstract_state, training.shardings, mesh)
+  totals, _ = _state_bytes(training.abstract_state, training.shardings, mesh)
   model = nnx.merge(training.graphdef, training.abstract_state).model
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   one, two = (_residual_bytes(algorithm, graphdef, params, rest,
@@ -174,7 +220,7 @@ def plan(config: ml_collections.ConfigDict, mesh_sizes: Mapping[str, int], *,
   return Plan(
       mesh=dict(mesh_sizes),
       num_parameters=sum(math.prod(x.shape) for x in jax.tree.leaves(params)),
-      **state_bytes,
+      **totals,
       activations=sum(growth),
       transients=TRANSIENT_COPIES * max(growth, default=0),
       batch=batch_bytes,
@@ -196,4 +242,21 @@ def report(plan: Plan, device_gib: float | None = None) -> str:
   if device_gib is not None:
     verdict = "fits" if plan.fits(device_gib * GIB) else "does NOT fit"
     lines.append(f"{verdict} in {device_gib:g} GiB per device")
+  return "\n".join(lines)
+
+
+def parameter_report(arrays: Sequence[ArrayPlan], top: int = 0) -> str:
+  """The model's arrays by bytes per device, largest first (the first `top`; 0: all), each
+  with its placement and its share of the whole: a large array at 100% on a mesh of several
+  fsdp or tensor devices is one no rule shards."""
+  arrays = sorted(arrays, key=lambda a: (-a.device_bytes, a.path))
+  shown = arrays[:top] if top else arrays
+  lines = [f"  {'array':40s} {'kind':10s} {'shape':>20s} {'placement':>38s} "
+           f"{'MiB/device':>11s} {'share':>6s}"]
+  for a in shown:
+    lines.append(f"  {a.path:40s} {a.kind:10s} {str(a.shape):>20s} {str(tuple(a.spec)):>38s} "
+                 f"{a.device_bytes / 1024 ** 2:11.3f} {a.device_bytes / a.nbytes:6.0%}")
+  if len(shown) < len(arrays):
+    rest = sum(a.device_bytes for a in arrays[len(shown):])
+    lines.append(f"  ... {len(arrays) - len(shown)} more arrays, {rest / 1024 ** 2:.3f} MiB")
   return "\n".join(lines)

@@ -8,8 +8,13 @@ a pod slice means changing three mesh sizes in a config, not touching a model.
 Mesh axes:
   data:   pure data parallelism (parameters replicated).
   fsdp:   data parallelism whose parameters and optimizer state are also
-          sharded along "embed" (ZeRO-3 / FSDP), gathered by XLA on use.
-  tensor: Megatron-style model parallelism over heads, MLP width and vocab.
+          sharded along "embed" and "head_in" (ZeRO-3 / FSDP), gathered by XLA
+          on use.
+  tensor: Megatron-style model parallelism over heads, MLP width (and a value
+          head's hidden width) and vocab.
+
+Every large parameter has one axis on `fsdp`, so its bytes per device fall as
+1/fsdp (`python -m experiments.plan --parameters=0` lists each array's share).
 """
 
 from __future__ import annotations
@@ -38,9 +43,12 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("layers", None),
     ("norm", None),
     ("prefix_rows", None),
-    # A value head's hidden layer: replicated, since its output side is "vocab" (tensor)
-    # and a mesh axis may shard only one dimension of an array.
-    ("head_hidden", None),
+    # A value head's hidden width, as "mlp": [embed, head_hidden] is then on (fsdp, tensor).
+    ("head_hidden", "tensor"),
+    # The input side of a head's output kernel [head_in, vocab or outcomes]: on fsdp, because
+    # its output side already holds tensor, and without it every Q and target head (4 x 128k
+    # x 2d for a Llama-3 start) would be whole on every device.
+    ("head_in", "fsdp"),
 )
 
 

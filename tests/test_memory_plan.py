@@ -5,9 +5,13 @@ import subprocess
 import sys
 import textwrap
 
+import ml_collections
 import pytest
 
-from ilql_dialogue import memory_plan
+from domains.airdialogue import task as airdialogue
+from experiments.configs import (baselines_airdialogue, bc_airdialogue, calm_airdialogue,
+                                 grpo_airdialogue_quick, ilql_airdialogue)
+from ilql_dialogue import memory_plan, registry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOLERANCE = 0.15
@@ -82,3 +86,60 @@ def test_planned_train_step_memory_is_within_15_percent_of_measured(algorithm):
   words = result.stdout.split()
   planned, measured = int(words[words.index("PLANNED") + 1]), int(words[-1])
   assert abs(planned / measured - 1) <= TOLERANCE, (planned, measured)
+
+
+def _gpt2_vocabulary(config):
+  """`config` on GPT-2's 50,257-token vocabulary, with the AirDialogue table prefix."""
+  config.model.update(vocab_size=50257,
+                      prefix_field_vocab_sizes=airdialogue.TABLE_PREFIX.field_vocab_sizes,
+                      prefix_num_rows=airdialogue.NUM_ROWS)
+  return config
+
+
+def _fsdp(size):
+  return memory_plan.parse_mesh(f"fsdp:{size}")
+
+
+def test_ilql_state_per_device_falls_as_one_over_fsdp():
+  """GPT-2 small with ILQL's MLP heads: the two Q heads alone hold more parameters than the
+  trunk; were they and their targets whole on every device, fsdp 2 would keep 0.77x."""
+  config = _gpt2_vocabulary(ilql_airdialogue.get_config())
+  one = memory_plan.state_bytes(config, _fsdp(1))[0]
+  assert one["frozen"] > 0.4 * one["parameters"]  # The target Q heads.
+  for size in (2, 4, 8):
+    sharded = memory_plan.state_bytes(config, _fsdp(size))[0]
+    for kind in ("parameters", "frozen", "optimizer", "gradients"):
+      assert sharded[kind] * size / one[kind] == pytest.approx(1, rel=0.10), (kind, size)
+
+
+def _online_rl(name):
+  """GRPO's or PPO's config (the reference policy, PPO's value head) on GPT-2 small."""
+  config = grpo_airdialogue_quick.get_config()
+  config.model = bc_airdialogue.get_config().model
+  config.algorithm = ml_collections.ConfigDict(dict(name=name))
+  return config
+
+
+@pytest.mark.parametrize("config", [
+    bc_airdialogue.get_config, ilql_airdialogue.get_config, calm_airdialogue.get_config,
+    lambda: baselines_airdialogue.get_config("mc_value"), lambda: _online_rl("grpo"),
+    lambda: _online_rl("ppo"),
+], ids=["bc", "ilql", "calm", "mc_value", "grpo", "ppo"])
+def test_no_large_array_stays_whole_under_fsdp(config):
+  """Every model array over 1 MiB is split fsdp ways: no logical axis of a large array is left
+  without a rule that reaches the mesh (the value heads were, until their rows went on fsdp)."""
+  registry.load_plugins()
+  whole = [(a.path, a.shape, tuple(a.spec))
+           for a in memory_plan.state_bytes(_gpt2_vocabulary(config()), _fsdp(4))[1]
+           if a.nbytes > 2 ** 20 and a.device_bytes * 4 > a.nbytes]
+  assert not whole
+
+
+def test_parameter_report_lists_arrays_by_bytes_per_device():
+  config = _gpt2_vocabulary(bc_airdialogue.get_config())
+  lines = memory_plan.parameter_report(memory_plan.state_bytes(config, _fsdp(2))[1],
+                                       top=2).splitlines()
+  assert lines[0].split() == ["array", "kind", "shape", "placement", "MiB/device", "share"]
+  assert lines[1].split()[:3] == ["trunk.embed", "parameters", "(50257,"]
+  assert lines[1].endswith(f"{50257 * 768 * 4 / 2 / 2 ** 20:11.3f}    50%")
+  assert lines[-1].startswith("  ... ") and lines[-1].endswith(" MiB")

@@ -31,7 +31,8 @@ class Head(nnx.Module):
       self.hidden_kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, hidden_dim),
                                  ("embed", "head_hidden"), pd)
       self.hidden_bias = param(rngs, zeros, (hidden_dim,), ("head_hidden",), pd)
-      in_dim, in_name = hidden_dim, "head_hidden"
+      # Not "head_hidden" again: the output kernel's rows go on fsdp, its columns on tensor.
+      in_dim, in_name = hidden_dim, "head_in"
     else:
       self.hidden_kernel = self.hidden_bias = None
     self.out_kernel = param(rngs, normal(cfg.init_std), (in_dim, out_dim), (in_name, out_name), pd)
