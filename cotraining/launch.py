@@ -78,7 +78,8 @@ def rollout_source(config: ml_collections.ConfigDict, algorithm: Any, task: Any,
                               max_new_tokens=rl.max_new_tokens, temperature=rl.temperature,
                               include_context=task.include_context,
                               serialize_context=task.serialize_context,
-                              prefix_fields=prefix_fields)
+                              prefix_fields=prefix_fields,
+                              read_turn=getattr(task, "read_turn", None))
 
   def make_simulator(decoder: Any) -> LMParty:
     """The co-trained simulator: its context as text (cotraining/cotrain.py)."""

@@ -156,6 +156,9 @@ class LMParty:
   turn of a speaker that is no role of the environment (its OBSERVER, e.g. a tool's
   result after this party's call) is read like the other side's: the tokenizer must
   have that speaker among its roles, and this party may never write its token.
+  `read_turn(turn) -> str | None` is how it reads another speaker's turn (None: not shown),
+  the view its datasets were built with (Task.read_turn, e.g. a tool's record shortened);
+  default the turn's text.
   Blocks are written `chunk` slots at a time (one compiled shape), and
   `compact` reclaims padding slots when the cache fills. A row ends (gets None)
   once its next block and turn would pass `row_limit` = max_positions -
@@ -178,7 +181,8 @@ class LMParty:
                forbidden_ids: Sequence[int] | None = None,
                hook: Callable[[int], Any] | None = None, max_positions: int | None = None,
                chunk: int = 32,
-               prefix_fields: Callable[[Mapping[str, Any], str], np.ndarray] | None = None):
+               prefix_fields: Callable[[Mapping[str, Any], str], np.ndarray] | None = None,
+               read_turn: Callable[[Turn], str | None] | None = None):
     if role not in tokenizer.speaker_token_ids:
       raise ValueError(f"LMParty: role {role!r} has no speaker token in tokenizer roles "
                        f"{list(tokenizer.roles)}")
@@ -199,6 +203,7 @@ class LMParty:
                        f"[1, max_positions / 2 - 1 = {self.max_positions // 2 - 1}]")
     self.chunk = chunk
     self.prefix_fields = prefix_fields
+    self.read_turn = read_turn
     num_prefix = decoder.cfg.prefix_num_rows if prefix_fields is not None else 0
     if prefix_fields is not None and not hasattr(decoder, "embed_prefix"):
       raise ValueError("LMParty: prefix_fields needs a decoder with embed_prefix (bc.PrefixLM)")
@@ -282,7 +287,7 @@ class LMParty:
     for b, history in enumerate(histories):
       own = [k for k, turn in enumerate(history) if turn.speaker == self.role]
       loaded = history[:own[-1] + 1] if own else []
-      for turn, text_ids in zip(loaded, tok.encode_batch([t.text for t in loaded])):
+      for turn, text_ids in self._read(loaded):
         ids = [tok.speaker_token_ids[turn.speaker], *text_ids, tok.eot_id]
         self.token_ids[b] += ids
         self.sampled[b] += [False] * len(ids)
@@ -312,10 +317,21 @@ class LMParty:
       if turn.speaker == self.role or turn.speaker not in tok.speaker_token_ids:
         raise ValueError(f"LMParty({self.role}), row {b}: field 'turns[{k}].speaker': "
                          f"{turn.speaker!r} is not another role of {list(tok.roles)}")
-    for turn, text_ids in zip(new, tok.encode_batch([t.text for t in new])):
+    for turn, text_ids in self._read(new):
       ids += [tok.speaker_token_ids[turn.speaker], *text_ids, tok.eot_id]
     ids.append(tok.speaker_token_ids[self.role])
     return ids
+
+  def _read(self, turns: Sequence[Turn]) -> list[tuple[Turn, list[int]]]:
+    """(turn, its ids) of the turns this party is shown: its own as written, the others as
+    `read_turn` reads them."""
+    texts = [t.text if t.speaker == self.role or self.read_turn is None else self.read_turn(t)
+             for t in turns]
+    shown = [(t, text) for t, text in zip(turns, texts) if text is not None]
+    if not shown:
+      return []
+    encoded = self.tokenizer.encode_batch([text for _, text in shown])
+    return [(t, ids) for (t, _), ids in zip(shown, encoded)]
 
   def _make_room(self, slots: int) -> None:
     if int(self._state.cache.index) + slots > self.cache_len:

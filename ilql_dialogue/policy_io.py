@@ -56,6 +56,7 @@ class Policy:
   step: int
   workdir: str
   prefix_fields: Callable[[Any, str], Any] | None = None  # Structured-prefix runs only.
+  read_turn: Callable[[Any], str | None] | None = None  # Task.read_turn of a task run.
 
   def hook(self, batch_size: int, beta: float = 0.0) -> Any | None:
     """ILQL value guidance (logits + beta (Q - V)) for ILQL models with beta != 0."""
@@ -106,7 +107,8 @@ def _task_layout(config: ml_collections.ConfigDict) -> dict[str, Any]:
   task = tasks.make_task(config)
   return dict(role=task.role, tokenizer=task.tokenizer, include_context=task.include_context,
               serialize_context=task.serialize_context,
-              prefix_fields=None if task.prefix is None else task.prefix.fields)
+              prefix_fields=None if task.prefix is None else task.prefix.fields,
+              read_turn=task.read_turn)
 
 
 def _dataset_layout(workdir: str, config: ml_collections.ConfigDict, role: str | None,
@@ -158,4 +160,4 @@ def lm_party(policy: Policy, role: str, *, beta: float = 0.0,
   markers = registry.block_markers(task.name) if task is not None else None
   return LMParty(policy.decoder, policy.tokenizer, role, include_context=policy.include_context,
                  serialize_context=policy.serialize_context, prefix_fields=policy.prefix_fields,
-                 block_markers=markers, hook=hook, **options)
+                 block_markers=markers, hook=hook, read_turn=policy.read_turn, **options)

@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 
 from data_pipelines import batching, mdp, mdp_dataset
-from data_pipelines.dialogue import Dialogue, read_jsonl
+from data_pipelines.dialogue import Dialogue, Turn, read_jsonl
 from data_pipelines.tokenization import DialogueTokenizer, load_tokenizer
 from ilql_dialogue import bc, init_from, registry
 
@@ -79,6 +79,9 @@ class Task:
   # config -> the loop's TrainData, for a task that streams its training rows instead of
   # reading datasets["train"] (e.g. domains/airdialogue/lm_task.py).
   train_stream: Callable[[ml_collections.ConfigDict], Any] | None = None
+  # How the role's model reads another speaker's turn (None: not shown), the view its datasets
+  # were built with; a party playing it reads the same (LMParty.read_turn). None: the text.
+  read_turn: Callable[[Turn], str | None] | None = None
 
 
 def dataset_dir(root: str, name: str, role: str, context: str, max_length: int,

@@ -204,8 +204,9 @@ def environment_eval_fn(env: Any, tokenizer: DialogueTokenizer, role: str, oppon
             for r in env.turn_order if r != role}
 
   def eval_fn(model: nnx.Module, step: int) -> dict[str, float]:
-    del step
-    party = LMParty(model, tokenizer, role, include_context=include_context,
+    del step  # An ILQL model plays its policy (beta = 0): the engine path sweeps no guidance.
+    decoder = value_guidance.decoding_model(model) if isinstance(model, ILQLModel) else model
+    party = LMParty(decoder, tokenizer, role, include_context=include_context,
                                serialize_context=serialize_context, **lm_options)
     return summarize_environment(env, play_environment(
         env, {**others, role: party}, scenarios, batch_size=batch_size, max_turns=max_turns,

@@ -144,6 +144,7 @@ def _opponent_eval_fn(task, config: ml_collections.ConfigDict, env,
         max_new_tokens=online.max_new_tokens,
         prefix_fields=None if task.prefix is None else task.prefix.fields,
         block_markers=registry.block_markers(config.task.name),
+        read_turn=getattr(task, "read_turn", None),  # A task-like stand-in may have none.
         opponent_options={"temperature": temperature, "max_new_tokens": online.max_new_tokens})
   return evaluate_lib.online_eval_fn(
       task.tokenizer, task.role, opponent, num_dialogues=online.num_dialogues,
