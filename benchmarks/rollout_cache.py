@@ -47,14 +47,20 @@ from ilql_dialogue.generation import sampler
 from ilql_dialogue.lm_party import LMParty
 from ilql_dialogue.models.config import ModelConfig
 
-flags.DEFINE_integer("batch", 16, "Dialogues per batch.")
-flags.DEFINE_list("turns", ["10", "20"], "Utterances per dialogue (both sides), one run each.")
-flags.DEFINE_integer("max_new_tokens", 32, "Tokens per agent turn.")
-flags.DEFINE_integer("repeats", 5, "Timed batches per side (medians), after a compiling one.")
-flags.DEFINE_string("out", "", "Write the results as JSON here.")
-flags.DEFINE_string("output", str(pathlib.Path(__file__).resolve().parents[1] / "docs" /
-                                  "BENCHMARKS.md"),
-                    "Markdown file whose rollout section is (re)written ('' = none).")
+
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (or a benchmark built on it runs), never on
+  import: a test process imports several benchmarks, whose flag names overlap."""
+  flags.DEFINE_integer("batch", 16, "Dialogues per batch.")
+  flags.DEFINE_list("turns", ["10", "20"], "Utterances per dialogue (both sides), one run each.")
+  flags.DEFINE_integer("max_new_tokens", 32, "Tokens per agent turn.")
+  flags.DEFINE_integer("repeats", 5, "Timed batches per side (medians), after a compiling one.")
+  flags.DEFINE_string("out", "", "Write the results as JSON here.")
+  flags.DEFINE_string("output", str(pathlib.Path(__file__).resolve().parents[1] / "docs" /
+                                    "BENCHMARKS.md"),
+                      "Markdown file whose rollout section is (re)written ('' = none).")
+
 
 SECTION = "## Online RL rollouts: kept KV cache vs re-prefilling the history"
 TARGET = 3.0  # Kept cache over re-prefill, at 10 or more turns.
@@ -199,4 +205,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

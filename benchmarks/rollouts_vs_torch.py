@@ -69,8 +69,9 @@ KB_SIZE = 3  # Flights in the agent's table: a text context of about 480 tokens.
 VOCAB = 2048
 
 if __name__ == "__main__":
-  # --turns, --max_new_tokens, --repeats, --out and --output are rollout_cache's flags (defined
-  # when it is imported), with defaults sized for a ~3 minute run on 2 cores.
+  # --turns, --max_new_tokens, --repeats, --out and --output are rollout_cache's flags, with
+  # defaults sized for a ~3 minute run on 2 cores.
+  rollout_cache.define_flags()
   flags.DEFINE_list("batches", ["16"], "Dialogues per batch, one run each (e.g. 16,64).")
   flags.DEFINE_bool("single_core", False, "Also measure pinned to one core (a child process).")
   flags.DEFINE_integer("torch_threads", 0, "torch threads (0: the usable cores). Under load from "
