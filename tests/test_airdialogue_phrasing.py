@@ -189,6 +189,20 @@ def test_party_specs_select_a_family_or_a_group():
   assert {c.family.name for c in group._rows} <= set(_SPLIT.held_out("customer"))
 
 
+def test_any_style_draws_every_style_per_row_and_replays():
+  """`scripted:any/train`, the training population: each row's style comes from its seed."""
+  scenes = context.sample_contexts(np.random.default_rng(4), 60)
+  contexts = [i.to_json() for i, _ in scenes]
+  parties = [make_party("scripted:any/train", "customer") for _ in range(2)]
+  for party in parties:
+    party.reset(contexts, list(range(60)))
+  assert parties[0].respond([[]] * 60) == parties[1].respond([[]] * 60)
+  assert {c.style.name for c in parties[0]._rows} == set(customers.STYLES)
+  assert {c.family.name for c in parties[0]._rows} <= set(_SPLIT.train("customer"))
+  with pytest.raises(ValueError, match="unknown customer style 'every'"):
+    make_party("scripted:every", "customer")
+
+
 # --- The parser on the real dataset's habits ------------------------------------------
 
 

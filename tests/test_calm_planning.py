@@ -25,6 +25,9 @@ from ilql_dialogue.models.kv_cache import init_cache
 from ilql_dialogue.parties import make_party
 from workflows import quickstart as pipeline_lib
 
+# The toy model's agent speaker token and both speaker tokens (planning.Speakers).
+TOY_SPEAKERS = (jnp.int32(toy.AGENT), jnp.asarray([toy.CUSTOMER, toy.AGENT], jnp.int32))
+
 
 def test_reward_token_score_ranks_the_successful_continuation_first():
   model = toy.train_reward_model()
@@ -36,7 +39,7 @@ def test_reward_token_score_ranks_the_successful_continuation_first():
   log_odds_R, head_R = planning.rollout_scores(
       model, caches, jnp.asarray(batch["prefix_fields"]), history_BxT,
       np.ones_like(history_BxT, bool), suffix_RxS, np.ones_like(suffix_RxS, bool),
-      np.full(2, -1, np.int32), np.full(2, -1, np.int32), replicas=2)
+      np.full(2, -1, np.int32), np.full(2, -1, np.int32), TOY_SPEAKERS, replicas=2)
   assert log_odds_R[0] > 1.0 > -1.0 > log_odds_R[1], log_odds_R
   np.testing.assert_array_equal(head_R, 0.0)  # No action block: the head scores nothing.
 
@@ -58,7 +61,7 @@ def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_ac
     _, scores[head_acts] = planning.rollout_scores(
         model, caches, jnp.asarray(batch["prefix_fields"]), history_BxT,
         np.ones_like(history_BxT, bool), suffix_RxS, np.ones_like(suffix_RxS, bool),
-        np.zeros(n, np.int32), class_R, replicas=n, head_acts=head_acts)
+        np.zeros(n, np.int32), class_R, TOY_SPEAKERS, replicas=n, head_acts=head_acts)
   by_class, own = np.asarray(scores[False]), np.asarray(scores[True])
   assert by_class[-1] == own[-1] == 0.0  # A block that does not parse scores 0 either way.
   np.testing.assert_allclose(by_class.sum(), 1.0, rtol=1e-5)
@@ -252,7 +255,7 @@ def test_the_ask_gate_forbids_the_action_markers_where_the_tracker_is_unsure(tok
                   prefix_fields=airdialogue.table_fields, max_new_tokens=6, max_positions=256)
   read = []
 
-  def confidence(model, fields_BxPxF, tokens_BxT, mask_BxT, position_B):
+  def confidence(model, fields_BxPxF, tokens_BxT, mask_BxT, position_B, speakers):
     read.append(np.asarray(position_B))
     return jnp.asarray([0.2, 0.9])
 

@@ -79,12 +79,12 @@ def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
       np.testing.assert_array_equal(blanked[..., k], fields_BxPxF[..., k])
 
 
-def _head(pooled, d_model=48, seed=0, shared=False):
+def _head(pooled, d_model=48, seed=0, shared=False, reads="all"):
   from flax import nnx
   import types
   cfg = types.SimpleNamespace(d_model=d_model, init_std=0.02, compute_dtype=jnp.float32,
                               weight_dtype=jnp.float32)
-  return state.StateHead(cfg, rngs=nnx.Rngs(seed), pooled=pooled, shared=shared)
+  return state.StateHead(cfg, rngs=nnx.Rngs(seed), pooled=pooled, shared=shared, reads=reads)
 
 
 def test_a_shared_head_reads_each_return_field_with_its_departure_fields_values():
@@ -196,3 +196,55 @@ def test_the_pooled_head_learns_to_copy_a_mentioned_value_the_marker_readout_can
 
   assert accuracy(pooled=True) > 0.9
   assert accuracy(pooled=False) < 0.15  # Chance is 1/30.
+
+
+def test_others_reads_is_the_complement_of_the_agents_action_mask():
+  """Decoding computes from the tokens alone what training reads off the MDP's action_mask."""
+  from data_pipelines import mdp
+  from data_pipelines.airdialogue import selfplay, to_dialogue
+  from domains.airdialogue import lm_task
+  from data_pipelines.airdialogue import action_grammar
+  from data_pipelines.tokenization import train_tokenizer
+  samples = list(selfplay.generate_samples([3, 0], 4, 30))
+  tok = train_tokenizer([line.partition(": ")[2] for s in samples for line in s.dialogue],
+                        to_dialogue.ROLES, 400,
+                        markers=(action_grammar.OPEN_TAG, action_grammar.CLOSE_TAG))
+  rng = np.random.default_rng(0)
+  rows = []
+  for i, sample in enumerate(samples):
+    d = lm_task.scene(sample, rng, f"s{i}")
+    rows.append(mdp.dialogue_to_example(d, tok, "agent", 384,
+                                        serialize_context=to_dialogue.serialize_context,
+                                        include_context=False))
+  width = max(len(r["input_ids"]) for r in rows) + 3  # Padding after every row.
+  tokens = np.full((len(rows), width), tok.pad_id, np.int32)
+  mask = np.zeros((len(rows), width), bool)
+  action = np.zeros((len(rows), width), bool)
+  for b, r in enumerate(rows):
+    n = len(r["input_ids"])
+    tokens[b, :n], mask[b, :n], action[b, :n] = r["input_ids"], True, r["action_mask"]
+  reads = state.others_reads(jnp.asarray(tokens), jnp.asarray(mask),
+                             tok.speaker_token_ids["agent"],
+                             jnp.asarray(list(tok.speaker_token_ids.values())))
+  np.testing.assert_array_equal(np.asarray(reads), mask & ~action)
+  assert action.any() and (mask & ~action).any()
+
+
+def test_a_head_reading_others_ignores_the_positions_it_may_not_read():
+  from flax import nnx
+  rng = np.random.default_rng(0)
+  heads = {reads: _head(pooled=True, shared=True, reads=reads) for reads in state.READS}
+  for head in heads.values():
+    for p in nnx.state(head, nnx.Param).values():
+      p.set_value(jnp.asarray(np.random.default_rng(1).normal(0, 0.3, p.get_value().shape),
+                              jnp.float32))
+  hidden = jnp.asarray(rng.normal(size=(2, 10, 48)), jnp.float32)
+  mask, position = jnp.ones((2, 10), bool), jnp.asarray([9, 9])
+  reads = jnp.asarray(np.arange(10)[None] % 3 != 1).repeat(2, 0)  # Positions 1, 4, 7: agent's.
+  changed = hidden.at[:, 1::3].add(5.0)
+  for name, head in heads.items():
+    gaps = [float(jnp.abs(x - y).max()) for x, y in zip(head.tracked(hidden, mask, position, reads),
+                                                        head.tracked(changed, mask, position, reads))]
+    assert (max(gaps) < 1e-6) if name == "others" else (min(gaps) > 1e-3), (name, gaps)
+  with pytest.raises(ValueError, match="pooled"):
+    _head(pooled=False, reads="others")

@@ -41,8 +41,9 @@ def accuracies(model: calm_model.CALMModel, batch: dict[str, np.ndarray],
   mask_BxT = jnp.asarray(batch["attention_mask"], bool)
   hidden_BxTxD, _ = model(jnp.asarray(batch["input_ids"]), bc.positions_from_mask(mask_BxT),
                           mask_BxT, prefix_BxPxD=model.embed_prefix(jnp.asarray(fields_BxPxF)))
-  tracked = model.action_head.tracked(hidden_BxTxD, mask_BxT,
-                                      jnp.asarray(batch[calm_model.ACTION_POSITION]))
+  tracked = model.action_head.tracked(
+      hidden_BxTxD, mask_BxT, jnp.asarray(batch[calm_model.ACTION_POSITION]),
+      mask_BxT & ~jnp.asarray(batch["action_mask"], bool))
   codes_BxK = np.asarray(state.batch_codes(batch))
   return {name: float(np.mean(np.asarray(jnp.argmax(log_p, -1)) == codes_BxK[:, k]))
           for k, (name, log_p) in enumerate(zip(state.TRACKED_NAMES, tracked))}

@@ -7,6 +7,8 @@ it says it, so that a corpus mixes easy and hard conversations:
 
   disclosure  volunteer    states goal, name, trip and every constraint at once
               trip_first   states goal and trip up front, the rest when asked
+              part_trip    states the goal and half the trip (airports or dates)
+                           up front, the rest when asked
               answer_only  says exactly what was asked, nothing more
               late_reveal  gives one constraint per question and springs the
                            others on the agent when it proposes a flight
@@ -38,7 +40,7 @@ TIME, CLASS, PRICE, CONNECTIONS, AIRLINE = "time", "class", "price", "connection
 CONSTRAINT_SLOTS = (TIME, CLASS, PRICE, CONNECTIONS, AIRLINE)
 SLOTS = (GOAL, NAME, AIRPORTS, DATES) + CONSTRAINT_SLOTS
 
-DISCLOSURES = ("volunteer", "trip_first", "answer_only", "late_reveal")
+DISCLOSURES = ("volunteer", "trip_first", "part_trip", "answer_only", "late_reveal")
 VERBOSITIES = ("terse", "plain", "chatty")
 
 
@@ -65,6 +67,9 @@ STYLES: Mapping[str, CustomerStyle] = {
         CustomerStyle("late_reveal", "late_reveal", "plain", 0.05),
         CustomerStyle("terse", "answer_only", "terse", 0.0),
         CustomerStyle("chatty", "trip_first", "chatty", 0.4),
+        # Opens with the goal and half of the trip (the airports or the dates), as people
+        # often do: the agent must ask for the other half before it can search.
+        CustomerStyle("part_trip", "part_trip", "plain", 0.05),
     )
 }
 
@@ -254,6 +259,9 @@ class Customer:
       sentences += [self._sentence(s) for s in slots]
     elif disclosure == "trip_first":
       sentences += [self._sentence(s) for s in [GOAL] + self._trip_slots()]
+    elif disclosure == "part_trip":
+      trip = self._trip_slots()
+      sentences += [self._sentence(s) for s in [GOAL] + trip[self.rng.integers(2):][:1]]
     return self._typed(self._utter(sentences))
 
   def respond(self, agent_utterance: str) -> str:

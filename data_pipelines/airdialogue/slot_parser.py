@@ -69,7 +69,7 @@ dates date airport airports source destination time come again take wait hang so
 ahead thats that's done nope nothing more else everything confirm proceed lovely much
 obliged cheers appreciate worries pardon catch repeat alright right then well oh hmm
 myself name passenger traveller traveler quite based near headed free tied ticket ticketed
-passport routing outbound inbound seat cabin fare total segment segments carrier carriers
+passport route routing outbound inbound seat cabin fare total segment segments carrier carriers
 """.split())
 _NAME_WORD = r"[A-Za-z][A-Za-z'-]*"
 _NAME_PAIR = rf"({_NAME_WORD})\s+({_NAME_WORD})"

@@ -4,7 +4,7 @@ Each row draws its phrasing family (a group such as `held_out` resolves to
 several) from the row's own seed, so a dialogue replays in any batch.
 Spec forms (registered in domains/airdialogue/plugin.py):
 
-    scripted:STYLE[/FAMILY]       a customer (customers.STYLES)
+    scripted:STYLE[/FAMILY]       a customer (customers.STYLES, or `any`: one per row)
     scripted_agent:NAME[/FAMILY]  an agent (agents.AGENTS; `oracle` always succeeds)
 """
 
@@ -53,25 +53,34 @@ def _row_family(families: tuple[str, ...], rng: np.random.Generator) -> str:
   return families[0] if len(families) == 1 else families[rng.integers(len(families))]
 
 
+# `scripted:any[/FAMILY]`: each row's style drawn from its seed among every style, as the
+# corpus and the scenes mix them: the training population, e.g. to select agents against.
+ANY_STYLE = "any"
+
+
 class ScriptedCustomer:
-  """`customers.Customer` of one style in every row: opens, then answers each agent turn.
+  """`customers.Customer` of one style in every row (or of one drawn per row: ANY_STYLE):
+  opens, then answers each agent turn.
 
   `family` is a customer phrasing family or a group of them (family_split).
   """
 
   def __init__(self, style: str, family: str = DEFAULT_FAMILY):
-    if style not in customers.STYLES:
-      raise ValueError(f"unknown customer style {style!r}; known: {sorted(customers.STYLES)}")
+    if style != ANY_STYLE and style not in customers.STYLES:
+      raise ValueError(f"unknown customer style {style!r}; known: {sorted(customers.STYLES)} "
+                       f"or {ANY_STYLE!r}")
     self.style = style
     self.families = family_split.SPLIT.resolve("customer", family)
     self._rows: list[customers.Customer] = []
 
   def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
     self._rows = []
+    styles = list(customers.STYLES)
     for c, s in zip(contexts, seeds, strict=True):
       rng = np.random.default_rng(s)
+      style = styles[rng.integers(len(styles))] if self.style == ANY_STYLE else self.style
       family = _row_family(self.families, rng)
-      self._rows.append(customers.Customer(intent_from_json(c), self.style, rng, family))
+      self._rows.append(customers.Customer(intent_from_json(c), style, rng, family))
 
   def respond(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     check_rows("ScriptedCustomer", histories, len(self._rows))

@@ -25,7 +25,9 @@ def online_eval_section(**overrides) -> ml_collections.ConfigDict:
   airdialogue_env.DEFAULT_SEED) nor the corpus seeds (0, 1)."""
   return ml_collections.ConfigDict(dict(dict(
       num_dialogues=128,  # 0 = off.
-      opponent="scripted:volunteer",
+      # The training population: each scenario's customer of a style drawn from its seed, in
+      # the training families. The volunteer alone rewards agents that never ask.
+      opponent="scripted:any/train",
       seed=2000,
       batch_size=64,
       max_turns=40,

@@ -41,6 +41,9 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       # airports and price limit in a quarter of the updates 1 takes (docs/RESULTS.md).
       state_weight=10.0,
       head_hidden_dim=0,  # The linear head's hidden layer; 0 = none.
+      # What the pooled fields read: "others" = not the agent's own turns (the intent is what
+      # the customer said), "all" = every position (calm/state.py says why not).
+      reads="others",
   ))
   c.calm_data = ml_collections.ConfigDict(dict(
       source_root="runs/quickstart",  # The pipeline's workdir: official corpora, tokenizer.
