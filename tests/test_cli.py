@@ -145,8 +145,14 @@ def results(paths):
           for name, result in zip(CASES, json.loads(done.stdout))}
 
 
+# Cases whose main reads the Persuasion for Good corpus before the input the case gets wrong.
+NEEDS_P4G = {"evaluate_env: party trained as the persuadee's opponent"}
+
+
 @pytest.mark.parametrize("name", CASES)
-def test_bad_input_is_one_line_naming_it(name, paths, results):
+def test_bad_input_is_one_line_naming_it(name, paths, results, request):
+  if name in NEEDS_P4G:
+    request.getfixturevalue("p4g_data_dir")  # Skips, saying what to set, without the corpus.
   out = results[name]
   assert out.returncode == 1, out.stderr[-3000:]
   assert "Traceback" not in out.stderr, out.stderr[-3000:]
