@@ -415,7 +415,7 @@ def smollm2_section(ac: AccelConfig, gguf_path: str) -> dict[str, Any]:
 
   With the GGUF file: its weights, on WORKSPACE.md in its own tokenizer (the
   loss then shows the pretrained weights; random ids for a file without a
-  tokenizer). Without it (a lease cannot carry the 94 MiB file): random
+  tokenizer). Without it (a machine without the 94 MiB file): random
   weights of its architecture (`smollm2.SMOLLM2_135M`) on random ids, which
   time the same and whose loss means nothing.
   """
@@ -761,7 +761,7 @@ def render_later_sections(s: dict[str, Any]) -> list[str]:
   if "smollm2" in s and "step_s" in s["smollm2"]:
     m = s["smollm2"]
     tokens = m["batch"] * m["seq_len"]
-    weights = m.get("weights", m.get("file"))  # "file": JSON written before random weights.
+    weights = m["weights"]
     pretrained = weights != RANDOM_WEIGHTS  # A random model's loss says nothing.
     heads = (f", {m['num_heads']} query / {m['num_kv_heads']} key-value heads"
              if "num_heads" in m else "")

@@ -470,8 +470,7 @@ class CALMPlanner:
     log_odds_R, head_R = rollout_scores(
         party.decoder, caches, jnp.asarray(party.prefix_fields_BxPxF[::r]), history_BxT,
         history_mask_BxT, suffix_RxS, suffix_mask_RxS, position_R, class_R, self._speakers,
-        replicas=r,
-        head_acts=self.act == "head")
+        replicas=r, head_acts=self.act == "head")
     return np.asarray(log_odds_R, np.float64), np.asarray(head_R, np.float64)
 
   def _submitted(self, seq: list[int]) -> tuple[int, int]:

@@ -73,6 +73,12 @@ STYLES: Mapping[str, CustomerStyle] = {
     )
 }
 
+
+def draw_style(rng: np.random.Generator) -> CustomerStyle:
+  """One of STYLES, uniformly: how scenes and `scripted:any` mix them."""
+  return STYLES[list(STYLES)[rng.integers(len(STYLES))]]
+
+
 # --- Understanding the agent ------------------------------------------------
 # Keywords per slot, with the synonyms agents of any phrasing family use
 # ("journey dates", "source", "cabin", "stopovers", "carrier", ...).

@@ -71,7 +71,7 @@ def scene(sample: schema.Sample, rng: np.random.Generator, dialogue_id: str
   says only "Hi." its tracker had nothing to read. A whole dialogue shows where the closing
   decision comes: after the agent has asked for what it lacks.
   """
-  style = customers.STYLES[list(customers.STYLES)[rng.integers(len(customers.STYLES))]]
+  style = customers.draw_style(rng)
   customer_families_ = family_split.SPLIT.train("customer")
   agent_families_ = family_split.SPLIT.train("agent")
   customer = customers.Customer(sample.intent, style, rng,

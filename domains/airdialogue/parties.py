@@ -75,10 +75,9 @@ class ScriptedCustomer:
 
   def reset(self, contexts: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> None:
     self._rows = []
-    styles = list(customers.STYLES)
     for c, s in zip(contexts, seeds, strict=True):
       rng = np.random.default_rng(s)
-      style = styles[rng.integers(len(styles))] if self.style == ANY_STYLE else self.style
+      style = customers.draw_style(rng) if self.style == ANY_STYLE else self.style
       family = _row_family(self.families, rng)
       self._rows.append(customers.Customer(intent_from_json(c), style, rng, family))
 

@@ -20,8 +20,8 @@ pass of 2 minibatches of 8, so checkpoints every 2 steps fall on a rollout bound
 resume). GRPO settings as docs/METHODS.md's (clip 0.2 / 0.28, k3 KL 0.005, temperature 0.7).
 Every 20 steps the agent plays 16 generated validation tasks (seed 2000) greedily, as BC's
 selection did; "return" (their mean τ² reward) selects the checkpoint. A rollout batch of 16
-dialogues of up to 200 turns dominates the cost (about 7 s per update on 2 CPU cores), so
-the default is a short run.
+dialogues of up to 200 turns dominates the cost (about 10 s per update on 2 CPU cores beside
+another job), so the default is a short run.
 """
 
 import ml_collections
