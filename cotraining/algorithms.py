@@ -115,7 +115,12 @@ class PolicyGradient:
         weights_BxT1, eps_low=self.eps_low, eps_high=self.eps_high, kl_coef=self.kl_coef)
     count = jnp.maximum(weights_BxT1.sum(), 1)
     entropy = jnp.sum(jnp.where(weights_BxT1, jax.lax.stop_gradient(entropy_BxT1), 0.0)) / count
-    return loss, {**metrics, "entropy": entropy, **_rollout_metrics(batch, weights_BxT1)}
+    # The share of rows whose group's rewards differ: the others (a group all solved or all
+    # failed) have advantage 0 and teach nothing but the KL.
+    informative = jnp.mean((jnp.abs(jnp.reshape(advantage, (advantage.shape[0], -1))) > 0)
+                           .any(axis=1).astype(jnp.float32))
+    return loss, {**metrics, "entropy": entropy, "informative_rows": informative,
+                  **_rollout_metrics(batch, weights_BxT1)}
 
   def loss(self, model: nnx.Module, batch: Batch, rng: jax.Array) -> tuple[jax.Array, Metrics]:
     del rng  # The rollout's randomness is in the batch.

@@ -87,6 +87,14 @@ def test_kl_is_zero_and_the_ratio_one_at_initialization():
   assert float(metrics["clip_fraction"]) == 0.0 and float(metrics["sampled_tokens"]) > 8
   np.testing.assert_allclose(metrics["reward"], played.rewards_NxG.mean(), rtol=1e-6)
   assert np.isfinite(float(loss))
+  # `informative_rows`: the share of rows in a group whose rewards differ.
+  informative = (np.abs(batch["advantage"]) > 0).mean()
+  np.testing.assert_allclose(metrics["informative_rows"], informative, rtol=1e-6)
+  tied = dict(batch, advantage=np.zeros_like(batch["advantage"]))
+  assert float(jax.jit(algorithm.loss)(model, tied, jax.random.key(0))[1]["informative_rows"]) == 0
+  half = dict(batch, advantage=np.repeat(np.array([0.0, 1.0], np.float32),
+                                         len(batch["advantage"]) // 2))
+  assert float(jax.jit(algorithm.loss)(model, half, jax.random.key(0))[1]["informative_rows"]) == 0.5
 
 
 def test_rloo_ppo_and_unknown_fields_through_the_registry():

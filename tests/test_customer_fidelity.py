@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from workflows import customer_fidelity, evaluate as evaluate_lib
 
 
@@ -22,3 +24,22 @@ def test_a_scripted_customer_states_its_intent_and_a_liar_does_not(tmp_path):
   liar = customer_fidelity.fidelity(json.loads(json.dumps(transcripts)))
   assert liar["fields"]["name"]["stated_wrong"] == 1.0
   assert liar["fields"]["goal"]["never_stated"] == 1.0
+
+
+def test_it_reads_the_environment_evaluation_transcripts_alike(tmp_path):
+  """experiments.evaluate_env writes `key` and [speaker, text] turns: the same dialogues read
+  from either file give the same fidelity, and a record naming no scenario is an error."""
+  summary = evaluate_lib.evaluate("scripted_agent:oracle", "scripted:volunteer", num_dialogues=4,
+                                  workdir=str(tmp_path), batch_size=4)
+  ours = customer_fidelity.read_transcripts(summary["transcripts"])
+  env_path = tmp_path / "env.jsonl"
+  with open(env_path, "w") as f:
+    for t in ours:
+      f.write(json.dumps({"key": t["scenario_id"],
+                          "turns": [[x["speaker"], x["text"]] for x in t["turns"]]}) + "\n")
+  assert (customer_fidelity.fidelity(customer_fidelity.read_transcripts(str(env_path)))
+          == customer_fidelity.fidelity(ours))
+  with open(env_path, "a") as f:
+    f.write(json.dumps({"turns": []}) + "\n")
+  with pytest.raises(ValueError, match=r"env.jsonl:5: field 'scenario_id' \(or 'key'\)"):
+    customer_fidelity.read_transcripts(str(env_path))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from data_pipelines.airdialogue import agents, schema
+from data_pipelines.airdialogue import action_grammar, agents, schema
 from domains.airdialogue import environment as airdialogue_env
 
 FIELDS = ("name", "goal", "departure_airport", "return_airport", "departure_month",
@@ -67,5 +67,21 @@ def fidelity(transcripts: list[dict[str, Any]], kb_size: int = 30) -> dict[str, 
 
 
 def read_transcripts(path: str) -> list[dict[str, Any]]:
+  """The transcripts of `experiments.evaluate` or of `experiments.evaluate_env` (whose records
+  name the scenario `key` and hold turns as [speaker, text] pairs), in the first's form."""
+  records = []
   with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      record = json.loads(line)
+      if "scenario_id" not in record:
+        if "key" not in record:
+          raise ValueError(f"{path}:{number}: field 'scenario_id' (or 'key') missing")
+        turns = [{"speaker": s, "text": t} for s, t in record["turns"]]
+        record = {**record, "scenario_id": record["key"], "turns": turns,
+                  "customer_action_blocks": sum(
+                      t["speaker"] == "customer" and action_grammar.contains_action(t["text"])
+                      for t in turns)}
+      records.append(record)
+  return records
