@@ -90,3 +90,28 @@ def p4g_data_dir() -> str:
   if reason is not None:
     pytest.skip(f"needs the Persuasion for Good corpus: {reason}")
   return os.environ["P4G_DATA_DIR"]
+
+
+_REAL_PLOTS = []  # metrics.plot_learning_curves, while the session's runs skip it.
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_learning_curve_plots():
+  """Every training run draws `learning_curves.png` when its metrics writer closes: seconds of
+  matplotlib a run (a fifth of tests/test_pipeline.py's time), read by no test but those that
+  take the `learning_curve_plots` fixture. The session's runs skip it; those tests, and the
+  mains that tests start as subprocesses, draw it."""
+  from ilql_dialogue import metrics
+
+  _REAL_PLOTS.append(metrics.plot_learning_curves)
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(metrics, "plot_learning_curves", lambda *_: None)
+    yield
+
+
+@pytest.fixture
+def learning_curve_plots(monkeypatch):
+  """For a test that reads a run's learning_curves.png: the runs in it draw their curves."""
+  from ilql_dialogue import metrics
+
+  monkeypatch.setattr(metrics, "plot_learning_curves", _REAL_PLOTS[0])

@@ -31,7 +31,9 @@ def _config(root, steps):
   config.data.update(bucket_boundaries=(config.task.max_length,), eval_batches=1)
   config.train.update(steps=steps, batch_size=16, log_every=50, eval_every=0,
                       checkpoint_every=steps, progress_bar=False)
-  config.optim.update(learning_rate=3e-3, warmup_steps=20)
+  # At 6e-3 it learns in 90 updates what 3e-3 took 150 for (asked_share 0.59 at 90 updates,
+  # 0.44 at 60); the updates at the full length are most of this file's time.
+  config.optim.update(learning_rate=6e-3, warmup_steps=20)
   config.online_eval.num_dialogues = 0
   config.selection.metric = ""
   return config
@@ -52,7 +54,7 @@ def test_a_trained_agent_asks_a_silent_customer_before_it_closes(root, tmp_path)
   assert before["asked_before_closing"] < 0.5  # The test can fail: babble asks nothing.
 
   trained = str(tmp_path / "trained")
-  launcher.run(_config(root, 150), trained)
+  launcher.run(_config(root, 90), trained)
   after = _play(trained, str(tmp_path / "eval_trained"))
   assert after["asked_before_closing"] >= 0.9, after
   # It goes on asking for the trip: more than the greeting's one question.

@@ -27,10 +27,11 @@ from workflows import quickstart as pipeline_lib
 
 # The toy model's agent speaker token and both speaker tokens (planning.Speakers).
 TOY_SPEAKERS = (jnp.int32(toy.AGENT), jnp.asarray([toy.CUSTOMER, toy.AGENT], jnp.int32))
+reward_model = toy.reward_model  # The toy model trained once for this file's tests (read only).
 
 
-def test_reward_token_score_ranks_the_successful_continuation_first():
-  model = toy.train_reward_model()
+def test_reward_token_score_ranks_the_successful_continuation_first(reward_model):
+  model = reward_model
   batch = toy.reward_batch(np.random.default_rng(2), rows=1)
   history_BxT = batch["input_ids"][:, :5]  # ... AGENT; then two continuations of it.
   suffix_RxS = np.asarray([[toy.GOOD, toy.EOT], [toy.BAD, toy.EOT]], np.int32)
@@ -44,10 +45,11 @@ def test_reward_token_score_ranks_the_successful_continuation_first():
   np.testing.assert_array_equal(head_R, 0.0)  # No action block: the head scores nothing.
 
 
-def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_action():
+def test_head_score_of_a_head_acting_agent_is_the_head_probability_of_its_own_action(
+    reward_model):
   """Scored under every class in turn, one continuation's head scores are the head's
   distribution (they sum to 1); a head-acting agent submits the argmax, so each scores its max."""
-  model = toy.train_reward_model()
+  model = reward_model
   batch = toy.reward_batch(np.random.default_rng(2), rows=1)
   history_BxT = batch["input_ids"][:, :5]
   n = actions.NUM_ACTIONS + 1  # Every class, then a block that does not parse (class -1).

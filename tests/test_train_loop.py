@@ -147,7 +147,7 @@ def test_bc_loss_scores_token_i_from_hidden_i_minus_1():
   np.testing.assert_allclose(aux["token_accuracy"], np.mean(predicted == tokens[:, 3]))
 
 
-def test_bc_learns_a_tiny_sequence_task(tmp_path):
+def test_bc_learns_a_tiny_sequence_task(tmp_path, learning_curve_plots):
   config = base_config()
   config.train.update(steps=80, batch_size=16, grad_accum_steps=2, log_every=20, eval_every=40,
                       checkpoint_every=40, progress_bar=False)
