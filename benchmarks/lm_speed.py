@@ -2,6 +2,9 @@
 
   python -m benchmarks.lm_speed                 # full run, rewrites its docs/BENCHMARKS.md section
   python -m benchmarks.lm_speed --quick --output=/tmp/b.md   # seconds-long smoke run
+  python -m benchmarks.lm_speed --cpu_devices=all   # our decoding's rows split, one device a core
+
+One core against all cores, decoding only: `benchmarks.decode_cores`.
 
 Both sides run the same GPT-2 weights (a random GPT2LMHeadModel saved with
 save_pretrained and loaded into our trunk with hf_io.load_hf) on the same
@@ -30,6 +33,7 @@ import collections
 import copy
 import dataclasses
 import datetime
+import functools
 import os
 import pathlib
 import platform
@@ -52,7 +56,7 @@ from flax import nnx
 
 from benchmarks import report as bench_report
 from data_pipelines import cli
-from ilql_dialogue.generation import sampler
+from ilql_dialogue.generation import cpu_devices, decode_devices, sampler
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.hf_io import load_hf
 from ilql_dialogue.models.transformer import Transformer
@@ -275,11 +279,17 @@ def torch_train(hf: torch.nn.Module, tokens_BxT: np.ndarray, repeats: int,
 
 
 def ours_decode(model: nnx.Module, prompts_BxP: np.ndarray, new_tokens: int,
-                repeats: int, max_len: int | None = None) -> dict[str, Any]:
+                repeats: int, max_len: int | None = None,
+                mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+  """Our prefill + greedy decode; with `mesh`, the rows split over its devices
+  (`decode_devices`: on CPU, one device per core decodes on every core)."""
   batch, prompt_len = prompts_BxP.shape
   mask_BxP = np.ones_like(prompts_BxP, bool)
   params = sampler.SamplingParams.make(batch, max_new_tokens=new_tokens, temperature=0.0)
   max_len = max_len or prompt_len + new_tokens
+  if mesh is not None:
+    model = decode_devices.replicate(model, mesh)
+    prompts_BxP, mask_BxP, params = decode_devices.split_rows((prompts_BxP, mask_BxP, params), mesh)
   out = {}
 
   def run():
@@ -430,9 +440,14 @@ def run(bc: BenchConfig, threads: int, profile_top: int = 0) -> dict[str, Any]:
   results["memory_budget"] = available_bytes()
   results["longest"], results["probe_peaks"] = longest_trainable(bc, results["memory_budget"])
 
+  # With several devices (`--cpu_devices`), our decoding splits its rows over all of them.
+  mesh = decode_devices.decode_mesh() if jax.device_count() > 1 else None
+  results["decode_devices"] = jax.device_count()
+  decoders = (("ours", functools.partial(ours_decode, mesh=mesh), ours),
+              ("torch", torch_decode, hf))
   for batch in bc.decode_batches:
     prompts = rng.integers(1, bc.vocab_size, (batch, bc.prompt_len)).astype(np.int32)
-    for name, fn, model in (("ours", ours_decode, ours), ("torch", torch_decode, hf)):
+    for name, fn, model in decoders:
       timing = fn(model, prompts, bc.new_tokens, bc.repeats)
       (wall_s, cpu_s) = timing["total_s"]
       results[f"decode_{name}_{batch}"] = batch * bc.new_tokens / wall_s
@@ -448,7 +463,8 @@ def run(bc: BenchConfig, threads: int, profile_top: int = 0) -> dict[str, Any]:
         results.pop(f"decode_tokens_ours_{batch}") == results.pop(f"decode_tokens_torch_{batch}")))
   big = max(bc.decode_batches)
   prompts = rng.integers(1, bc.vocab_size, (big, bc.prompt_len)).astype(np.int32)
-  wall_s = ours_decode(ours, prompts, bc.new_tokens, bc.repeats, bc.episode_slots)["total_s"][0]
+  wall_s = ours_decode(ours, prompts, bc.new_tokens, bc.repeats, bc.episode_slots,
+                       mesh=mesh)["total_s"][0]
   results["decode_episode_ours"] = big * bc.new_tokens / wall_s
   results["load_after"] = os.getloadavg()
   return results
@@ -579,6 +595,9 @@ def render(bc: BenchConfig, results: dict[str, Any], command: str, threads: int)
       "see), layers unrolled without a cache (`unroll_layers`), and while decoding one cache "
       "buffer per layer updated in place, per-layer weights sliced once before the decode loop, "
       "and attention over the filled window of the cache only.",
+      *([f"- Our decoding split each batch's rows over {results['decode_devices']} CPU devices "
+         "(`--cpu_devices`, `generation/decode_devices.py`); training ran on one."]
+        if results.get("decode_devices", 1) > 1 else []),
       "",
       "Ratios are ours / theirs, by wall time and by the CPU time each process got (the "
       "latter is the fairer one when other jobs share the cores). MFU is by wall time.",
@@ -618,6 +637,8 @@ def main(argv: list[str]) -> None:
   del argv
   f = flags.FLAGS
   cli.output_file(f.output, "--output")  # Written after the whole benchmark.
+  if f.cpu_devices:
+    cpu_devices.use_cpu_devices(f.cpu_devices)  # Before jax's first computation.
   benchmark_and_report(
       quick=f.quick, output=f.output, repeats=f.repeats, threads=f.threads,
       profile_top=PROFILE_OPS if f.profile else 0,
@@ -639,6 +660,8 @@ if __name__ == "__main__":
       lower_bound=1)
   flags.DEFINE_integer("threads", None, "torch threads; default: the CPUs this process may use.",
       lower_bound=1)
+  flags.DEFINE_string("cpu_devices", None, "\"all\" (one per usable core) or a count: "
+      "XLA:CPU devices for this process; our decoding then splits its rows over them.")
   flags.DEFINE_bool("profile", False, "Also profile our training step and largest-batch "
       "decode (jax.profiler trace) and add the op breakdown to the report.")
   cli.run(main)

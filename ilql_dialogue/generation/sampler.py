@@ -18,6 +18,9 @@ the last one it can write, rounded up to `ATTEND_BUCKET` times a power of two (o
 bucket), so a cache sized for a whole episode costs each step only what the history holds. The
 layers decode from per-layer parameters sliced once before the loop (`hoisted_layers`).
 
+Rows may be split over devices (`decode_devices`: one CPU device per core uses every core):
+`prefill` splits the new cache as its prompt's rows are, and each call keeps the split.
+
 Randomness: `rng` is one key for the batch, or B keys (a typed key array of shape [B]); with
 per-row keys a row samples the same tokens whatever batch it is in.
 
@@ -36,8 +39,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from ilql_dialogue.generation import logits_processors as lp
-from ilql_dialogue.models.kv_cache import KVCache, init_cache
+from ilql_dialogue.generation import decode_devices, logits_processors as lp
+from ilql_dialogue.models.kv_cache import KVCache
 from ilql_dialogue.models.transformer import hoisted_layers
 
 # Decoding attends over the cache's first slots up to the end of this call's
@@ -202,7 +205,8 @@ def prefill(model: Any, tokens_BxT: jax.Array, mask_BxT: jax.Array, *, max_len: 
   `max_len` is the number of cache slots for the whole episode: prefix rows,
   prompt, every appended turn and every generated token. Give every row at
   least one real token (e.g. BOS): a row without one has no hidden state to
-  decode from and would start from zeros.
+  decode from and would start from zeros. A prompt whose rows are split over devices
+  (`decode_devices.split_rows`) gets a cache split the same way.
   """
   tokens_BxT, mask_BxT = jnp.asarray(tokens_BxT, jnp.int32), jnp.asarray(mask_BxT, jnp.bool_)
   _check_block("prefill", tokens_BxT, mask_BxT)
@@ -213,7 +217,7 @@ def prefill(model: Any, tokens_BxT: jax.Array, mask_BxT: jax.Array, *, max_len: 
   if tokens_BxT.shape[1] > model.cfg.max_seq_len:
     raise ValueError(f"prefill: {tokens_BxT.shape[1]} tokens exceed the model's "
                      f"max_seq_len={model.cfg.max_seq_len}")
-  cache = init_cache(model.cfg, tokens_BxT.shape[0], max_len)
+  cache = decode_devices.empty_cache(model.cfg, tokens_BxT, max_len)
   return _prefill(model, cache, tokens_BxT, mask_BxT, prefix_BxPxD,
                   window=attend_window(max_len, num_prefix + tokens_BxT.shape[1]))
 
