@@ -21,7 +21,8 @@ from typing import Any, Mapping, Sequence
 
 from absl import app, flags
 
-from domains.tau2_retail import environment, phrases, turns
+from data_pipelines import cli
+from domains.tau2_retail import environment, paths, phrases, turns
 
 _SPLIT = flags.DEFINE_string("split", "", "The evaluation's split: also split the reward by "
                              "whether the task's gold writes ('' = not).")
@@ -103,9 +104,20 @@ def main(argv: Sequence[str]) -> None:
   if len(argv) < 2:
     raise app.UsageError(__doc__)
   for path in argv[1:]:
-    with open(path, encoding="utf-8") as f:
-      records = [json.loads(line) for line in f if line.strip()]
-    gold = by_gold(records, _SPLIT.value, _SEED.value) if _SPLIT.value else {}
+    records = []
+    try:
+      with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+          if line.strip():
+            try:
+              records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+              cli.fail(f"{path}:{number}: not a JSON record ({e})")
+      gold = by_gold(records, _SPLIT.value, _SEED.value) if _SPLIT.value else {}
+    except paths.MissingDataError as e:  # --split reads the tasks' data.
+      cli.fail(str(e))
+    except OSError as e:
+      cli.fail(f"{path}: {e}")
     print(json.dumps({"transcripts": path, **funnel(records), **gold}))
 
 
