@@ -32,6 +32,7 @@ command in docs/BENCHMARKS.md about 8 (under load from another job).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -41,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
@@ -58,13 +59,16 @@ from data_pipelines.tokenization import DialogueTokenizer
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue.parties import ScriptedCustomer
 from ilql_dialogue import environment
+from ilql_dialogue.generation import sampler
 from ilql_dialogue.lm_party import LMParty, forbidden_token_ids
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.hf_io import export_hf
 from ilql_dialogue.models.transformer import Transformer
 
 SECTION = "## Multi-turn rollouts vs transformers + torch"
-LOOPS = ("ours", "torch_reprefill", "torch_kept")
+OURS = ("ours", "ours_pow2")  # ours_pow2: the same engine, windows at powers of two only.
+TORCH = ("torch_reprefill", "torch_kept")
+LOOPS = OURS + TORCH
 KB_SIZE = 3  # Flights in the agent's table: a text context of about 480 tokens.
 VOCAB = 2048
 
@@ -235,9 +239,28 @@ class TorchAgent:
     return decoded
 
 
+@contextlib.contextmanager
+def power_of_two_windows() -> Iterator[None]:
+  """The engine with its attended windows rounded up to 64 * 2^k only (the rule before windows
+  of 1.5 * 2^k), for the same-run comparison of the two rules."""
+  fine = sampler.attend_window
+
+  def pow2(max_len: int, last_slot: int) -> int:
+    window = sampler.ATTEND_BUCKET
+    while window < last_slot:
+      window *= 2
+    return min(max_len, window)
+
+  sampler.attend_window = pow2
+  try:
+    yield
+  finally:
+    sampler.attend_window = fine
+
+
 def make_agent(loop: str, model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer,
                max_new_tokens: int) -> Any:
-  if loop == "ours":
+  if loop in OURS:
     return LMParty(model, tok, "agent", max_new_tokens=max_new_tokens, temperature=0.0)
   return TorchAgent(hf, tok, "agent", keep_cache=loop == "torch_kept",
                     max_new_tokens=max_new_tokens)
@@ -272,15 +295,17 @@ def measure(model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer, bat
   result: dict[str, Any] = {"batch": batch, "turns": turns, "max_new_tokens": max_new_tokens,
                             "repeats": repeats}
   for loop in LOOPS:
-    play(make_agent(loop, model, hf, tok, max_new_tokens), warm, turns)
+    with power_of_two_windows() if loop == "ours_pow2" else contextlib.nullcontext():
+      play(make_agent(loop, model, hf, tok, max_new_tokens), warm, turns)
   seconds = {loop: [] for loop in LOOPS}
   decoded, splits = {}, {}
   for _ in range(repeats):  # Round-robin: load from other jobs hits every loop alike.
     for loop in LOOPS:
       agent = make_agent(loop, model, hf, tok, max_new_tokens)
       timers = rollout_cache.Timers()
-      if loop == "ours":  # Blocking on each device call costs little on CPU; split comes free.
-        with timers.installed():
+      if loop in OURS:  # Blocking on each device call costs little on CPU; split comes free.
+        with timers.installed(), (power_of_two_windows() if loop == "ours_pow2"
+                                  else contextlib.nullcontext()):
           elapsed, episodes = play(agent, timed, turns)
         split = dict(timers.seconds)
         split["decode"] = split.pop("generate")
@@ -298,9 +323,11 @@ def measure(model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer, bat
   for loop in LOOPS[1:]:
     same, total = same_turns(decoded["ours"], decoded[loop])
     result[loop]["same_turns"], result[loop]["agent_turns"] = same, total
-  fastest = max(LOOPS[1:], key=lambda loop: result[loop]["dialogues_per_sec"])
+  fastest = max(TORCH, key=lambda loop: result[loop]["dialogues_per_sec"])
   result["fastest_torch"] = fastest
   result["ratio"] = result["ours"]["dialogues_per_sec"] / result[fastest]["dialogues_per_sec"]
+  result["window_ratio"] = (result["ours"]["dialogues_per_sec"]
+                            / result["ours_pow2"]["dialogues_per_sec"])
   return result
 
 
@@ -336,16 +363,19 @@ def single_core(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def _table(runs: dict[str, Any]) -> list[str]:
-  rows = ["| cores (torch threads) | batch | utterances | ours (dialogues/s) | torch re-prefill "
-          "| torch kept cache | ours / faster torch | identical agent turns (re-prefill / kept) |",
-          "|---:|---:|---:|---:|---:|---:|---:|---|"]
+  rows = ["| cores (torch threads) | batch | utterances | ours (dialogues/s) | ours, windows at "
+          "powers of two | torch re-prefill | torch kept cache | ours / faster torch | ours / "
+          "powers of two | identical agent turns (powers of two / re-prefill / kept) |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
   for r in runs["results"]:
     shares = " / ".join(f"{r[loop]['same_turns']}/{r[loop]['agent_turns']}"
                         for loop in LOOPS[1:])
     rows.append(f"| {runs['cores']} ({runs['torch_threads']}) | {r['batch']} | {r['turns']} | "
                 f"{r['ours']['dialogues_per_sec']:.2f} | "
+                f"{r['ours_pow2']['dialogues_per_sec']:.2f} | "
                 f"{r['torch_reprefill']['dialogues_per_sec']:.2f} | "
-                f"{r['torch_kept']['dialogues_per_sec']:.2f} | **{r['ratio']:.1f}x** | {shares} |")
+                f"{r['torch_kept']['dialogues_per_sec']:.2f} | **{r['ratio']:.1f}x** | "
+                f"{r['window_ratio']:.2f}x | {shares} |")
   return rows
 
 
@@ -383,7 +413,9 @@ def render(all_runs: Sequence[dict[str, Any]], command: str, load: tuple[float, 
       "(untrained, so every turn runs to the cap and every dialogue to the utterance limit); "
       f"medians of {first['repeats']} timed batches per loop, alternating, after a warm-up "
       "batch each.",
-      "- `ours`: LMParty, the KV cache kept across turns. `torch re-prefill`: the whole "
+      "- `ours`: LMParty, the KV cache kept across turns, each call attending over the filled "
+      "slots rounded up to 64 * 2^k or 1.5 times that; `ours, windows at powers of two`: the "
+      "same engine with 64 * 2^k windows only (the earlier rule). `torch re-prefill`: the whole "
       "conversation (ids as played, left-padded) through `generate` before each agent turn, as "
       "TRL-style multi-turn trainers do. `torch kept cache`: `past_key_values` kept; each "
       "turn's new ids appended with one masked forward, then a greedy one-token-per-forward "
@@ -394,7 +426,9 @@ def render(all_runs: Sequence[dict[str, Any]], command: str, load: tuple[float, 
       "near-ties, so a rare argmax may flip; that row's dialogue then diverges.", "",
       *[line for runs in all_runs for line in _table(runs)[(0 if runs is all_runs[0] else 2):]],
       "",
-      f"Ours over the faster torch loop: {min(ratios):.1f}x to {max(ratios):.1f}x. Every "
+      f"Ours over the faster torch loop: {min(ratios):.1f}x to {max(ratios):.1f}x; over the "
+      f"power-of-two windows: {min(r['window_ratio'] for r in results):.2f}x to "
+      f"{max(r['window_ratio'] for r in results):.2f}x. Every "
       f"dialogue ran to its utterance limit in every loop: "
       f"{all(r[loop]['mean_turns'] == r['turns'] for r in results for loop in LOOPS)}.", "",
       "Where the time goes (seconds per batch, last timed batch, each model call timed to its "

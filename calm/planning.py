@@ -25,6 +25,16 @@ forbidden for that row this turn: the LM has to say something else, which after 
 is a question. The tracker's posterior decides *whether* the agent may close, the LM *what* it
 asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions). 0: no gate.
 
+Choosing the question (`score=ask`, act=head, ask=P, n=N > 1): the LM alone, held back,
+does not ask for what is missing; it repeats itself (docs/RESULTS.md). So the tracker also
+picks *what* to ask. Each turn the LM writes N candidates (candidate 0 greedy, the others at
+`temp`), the `[action]` marker forbidden in all of them where the gate holds; a held row says
+the candidate whose questions (read by `customers.understand`, the scripted customers' own
+hand-written reading of an agent's questions) cover the most of the tracker's doubt,
+sum over the ASK_FIELDS it asks about of 1 - P(the tracker's value); ties and rows the gate
+lets through say candidate 0. The LM writes every word; the tracker and a keyword reader choose
+among its replies. Nothing is imagined (m and h are unused).
+
 Score (`score`), both computed by one call (`rollout_scores`):
 
   reward_token  (default) log p(continuation | reward 1) - log p(continuation | reward 0) over
@@ -61,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from calm import actions, model as calm_model, state
-from data_pipelines.airdialogue import action_grammar, schema
+from data_pipelines.airdialogue import action_grammar, customers, schema
 from data_pipelines.dialogue import Turn
 from domains.airdialogue.parties import AGENT, CUSTOMER
 from ilql_dialogue import bc, restore
@@ -73,7 +83,7 @@ from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import KVCache, init_cache
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 
-SCORES = ("reward_token", "head")
+SCORES = ("reward_token", "head", "ask")
 ACTS = ("lm", "head")
 DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
                 ask=0.0)
@@ -83,6 +93,11 @@ CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
 ASK_TURNS = 8  # Agent turns after which the gate no longer holds the action back.
+# What each question the customers understand (customers.understand) asks the tracker about.
+ASKED_FIELDS = {customers.GOAL: ("goal",),
+                customers.AIRPORTS: ("departure_airport", "return_airport"),
+                customers.DATES: ("departure_month", "departure_day", "return_month",
+                                  "return_day")}
 _CANDIDATE_STREAM, _IMAGINE_STREAM = 0, 1  # SeedSequence spawn keys under a row's seed.
 # LMParty's per-row records besides its cache and keys (LMParty.reset).
 _ROW_FIELDS = ("generated_ids", "token_ids", "sampled", "logprobs",
@@ -190,16 +205,43 @@ def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens
 def tracker_confidence(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
                        mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers
                        ) -> jax.Array:
-  """confidence_B: over ASK_FIELDS, the smallest probability the state head gives its own
-  argmax value, reading each row's dialogue up to position_B (calm/state.py)."""
+  """(confidence_BxK, value_BxK): for each of ASK_FIELDS, the state head's argmax value and the
+  probability it gives it, reading each row's dialogue up to position_B (calm/state.py)."""
   hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                           prefix_BxPxD=model.embed_prefix(fields_BxPxF))
   log_p = state.on_table(model.action_head.tracked(
       hidden_BxTxD, mask_BxT, position_B, state.others_reads(tokens_BxT, mask_BxT, *speakers)),
                          fields_BxPxF)
   names = state.TRACKED_NAMES
-  best_BxK = jnp.stack([jnp.max(log_p[names.index(f)], axis=-1) for f in ASK_FIELDS], axis=1)
-  return jnp.exp(jnp.min(best_BxK, axis=1))
+  return jnp.exp(jnp.stack([jnp.max(log_p[names.index(f)], axis=-1) for f in ASK_FIELDS],
+                           axis=1)), jnp.stack([jnp.argmax(log_p[names.index(f)], axis=-1)
+                                                for f in ASK_FIELDS], axis=1)
+
+
+def words_confidence(model: calm_model.CALMModel, fields_BxPxF: np.ndarray, tokens_BxT: jax.Array,
+                     mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers) -> np.ndarray:
+  """confidence_BxK over ASK_FIELDS of what the customer's words say: the tracker read twice,
+  with the table and with its dates and airports blanked (state.blank_table); a field whose two
+  readings differ is one the words have not pinned down (the tracker took it from the table,
+  where the generator puts the intent's dates): confidence 0. Otherwise the lower of the two."""
+  confidence, value = (np.asarray(x) for x in tracker_confidence(
+      model, jnp.asarray(fields_BxPxF), tokens_BxT, mask_BxT, position_B, speakers))
+  blank_confidence, blank_value = (np.asarray(x) for x in tracker_confidence(
+      model, jnp.asarray(state.blank_table(fields_BxPxF)), tokens_BxT, mask_BxT, position_B,
+      speakers))
+  return np.where(value == blank_value, np.minimum(confidence, blank_confidence), 0.0)
+
+
+def question_scores(candidates: Sequence[str | None], confidence_K: np.ndarray) -> np.ndarray:
+  """score_N: how much of the tracker's doubt (1 - confidence, per ASK_FIELDS) the questions of
+  each candidate reply cover (module docstring, Choosing the question)."""
+  doubt = dict(zip(ASK_FIELDS, 1.0 - np.asarray(confidence_K, np.float64)))
+  scores = np.zeros(len(candidates))
+  for j, text in enumerate(candidates):
+    move = customers.understand(text or "")
+    if move.kind == "questions":
+      scores[j] = sum(doubt[f] for slot in move.slots for f in ASKED_FIELDS.get(slot, ()))
+  return scores
 
 
 def scoring_length(longest: int, max_len: int) -> int:
@@ -245,15 +287,21 @@ class CALMPlanner:
                        "greedy candidate (greedy=1)")
     if act not in ACTS:
       raise ValueError(f"CALM action {act!r}: expected one of {ACTS}")
-    if not 0.0 <= ask < 1.0 or (ask and (act != "head" or n > 1)):
-      raise ValueError(f"CALM ask={ask}: a probability in [0, 1), used with act=head and n=1 "
-                       "(the state head's posterior gates the LM's own replies)")
+    if not 0.0 <= ask < 1.0 or (ask and (act != "head" or (n > 1) != (score == "ask"))):
+      raise ValueError(f"CALM ask={ask}: a probability in [0, 1), used with act=head, and with "
+                       "n=1 (the gate alone) or score=ask and n > 1 (the tracker picks the "
+                       "question)")
+    if score == "ask" and not (ask and n > 1):
+      raise ValueError(f"CALM score=ask picks among n > 1 candidates where the gate ask=P > 0 "
+                       f"holds; got n={n}, ask={ask}")
     if ask and not isinstance(party.decoder.action_head, state.StateHead):
       raise ValueError("CALM ask needs a state head (algorithm.head=state or pooled)")
     self.party, self.n, self.m, self.h, self.score, self.act = party, n, m, h, score, act
     self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
     self.role = party.role
-    self.replicas = n * m if n > 1 else 1
+    self.replicas = (n if score == "ask" else n * m) if n > 1 else 1
+    if score == "ask":
+      self.m = 1  # Nothing is imagined: one replica per candidate.
     tok = party.tokenizer
     if n > 1:
       party.sampling["temperature"] = temp
@@ -312,13 +360,16 @@ class CALMPlanner:
 
   def _plan(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     batch, r = self._batch, self.replicas
+    hold_B = confidence_BxK = None
     if self.ask:
-      self._gate(histories)
+      hold_B, confidence_BxK = self._gate(histories)
     replies_R = self.party.respond([h for h in histories for _ in range(r)])
     self._turns[[h is not None for h in histories]] += 1
     self.candidates, self.scores, self.picked = [None] * batch, [None] * batch, [None] * batch
     if self.n == 1:
       return replies_R
+    if self.score == "ask":
+      return self._pick_question(replies_R, hold_B, confidence_BxK)
     m = self.m
     leaders_R = np.arange(batch * r) // m * m  # Replica (n, m) continues candidate n's reply.
     self._sync(leaders_R)
@@ -340,29 +391,59 @@ class CALMPlanner:
     self._sync(picks)
     return replies
 
-  def _gate(self, histories: Sequence[Sequence[Turn] | None]) -> None:
+  def _gate(self, histories: Sequence[Sequence[Turn] | None]
+            ) -> tuple[np.ndarray, np.ndarray]:
     """Forbids `[action]` this turn in every live row whose tracker is not yet confident
-    (module docstring, Asking). n = 1 here: one replica per row."""
-    party, tok = self.party, self.party.tokenizer
-    live = [b for b, h in enumerate(histories) if h is not None and not party._ended[b]]
+    (module docstring, Asking), in each of its replicas; returns (hold_B, confidence_BxK)."""
+    party, tok, r = self.party, self.party.tokenizer, self.replicas
+    live = [b for b, h in enumerate(histories) if h is not None and not party._ended[b * r]]
     hold_B = np.zeros(self._batch, bool)
-    gated = [b for b in live if self._turns[b] < ASK_TURNS]
+    confidence_BxK = np.ones((self._batch, len(ASK_FIELDS)))
+    gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])]
     if gated:
-      rows = [party.token_ids[b] + (party._new_tokens(b, histories[b]) if b in live else [])
-              for b in range(self._batch)]
+      rows = [party.token_ids[b * r] + (party._new_tokens(b * r, histories[b]) if b in live
+                                        else []) for b in range(self._batch)]
       tokens_BxT, mask_BxT = padded(
           rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
       position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
-      confidence_B = np.asarray(tracker_confidence(
-          party.decoder, jnp.asarray(party.prefix_fields_BxPxF), tokens_BxT, mask_BxT,
-          position_B, self._speakers))
-      hold_B[gated] = confidence_B[gated] < self.ask
+      confidence_BxK = words_confidence(party.decoder, party.prefix_fields_BxPxF[::r],
+                                        tokens_BxT, mask_BxT, position_B, self._speakers)
+      hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
+    rows = self._batch * r
     base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
-    markers_Bx2 = np.where(hold_B[:, None], [[self._open_marker, self._close_marker]], -1)
+    markers_Rx2 = np.where(np.repeat(hold_B, r)[:, None],
+                           [[self._open_marker, self._close_marker]], -1)
     party._batch_hook = lp.ForbidTokens.of(np.concatenate(
-        [np.broadcast_to(base, (self._batch, base.shape[-1])), markers_Bx2,
-         np.full((self._batch, FORBID_WIDTH - 2), -1)], axis=1))
+        [np.broadcast_to(base, (rows, base.shape[-1])), markers_Rx2,
+         np.full((rows, FORBID_WIDTH - 2), -1)], axis=1))
     self.held_back += int(hold_B.sum())
+    return hold_B, confidence_BxK
+
+  def _offered(self, history: Sequence[Turn]) -> bool:
+    """Whether the agent has already offered a flight or gone to search: past that point a
+    held-back LM has nothing left to ask (module docstring, Asking)."""
+    return any(t.speaker == self.role and customers.understand(t.text).kind in ("proposal", "wait")
+               for t in history)
+
+  def _pick_question(self, replies_R: list[str | None], hold_B: np.ndarray,
+                     confidence_BxK: np.ndarray) -> list[str | None]:
+    """score=ask: each held row says its candidate that asks about most of the tracker's
+    doubt, every other row its greedy candidate 0 (module docstring)."""
+    batch, r = self._batch, self.replicas
+    replies: list[str | None] = [None] * batch
+    picks = np.arange(batch * r) // r * r
+    for b in range(batch):
+      if replies_R[b * r] is None:
+        continue
+      self.candidates[b] = replies_R[b * r:(b + 1) * r]
+      scores_N = (question_scores(self.candidates[b], confidence_BxK[b]) if hold_B[b]
+                  else np.zeros(r))
+      j = int(np.argmax(scores_N))  # Ties: the first, the greedy candidate.
+      self.scores[b], self.picked[b] = scores_N.tolist(), j
+      picks[b * r:(b + 1) * r] = b * r + j
+      replies[b] = replies_R[b * r + j]
+    self._sync(picks)
+    return replies
 
   def _act_from_head(self, replies: list[str | None]) -> list[str | None]:
     """`replies` with each parsed action block's status and flight the head's (module

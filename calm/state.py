@@ -191,6 +191,22 @@ def on_table(log_p: Sequence[jax.Array], fields_BxPxF: jax.Array) -> list[jax.Ar
           for name, x in zip(TRACKED_NAMES, log_p)]
 
 
+BLANKED = ("departure_airport", "return_airport", "departure_month", "departure_day",
+           "return_month", "return_day")
+
+
+def blank_table(fields_BxPxF: np.ndarray) -> np.ndarray:
+  """The flight rows' BLANKED fields set to value 1: the table no longer says the intent, so
+  what the tracker still believes is what the customer's words say (the generator puts many
+  flights on the intent's dates, which a tracker reads when the customer has not said them)."""
+  fields_BxPxF = np.array(fields_BxPxF)
+  is_flight_BxP = fields_BxPxF[..., FIELD["row_type"]] == airdialogue.ROW_FLIGHT
+  for name in BLANKED:
+    column = fields_BxPxF[..., FIELD[name]]
+    fields_BxPxF[..., FIELD[name]] = np.where(is_flight_BxP, 1, column)
+  return fields_BxPxF
+
+
 def marker_hidden(hidden_BxTxD: jax.Array, position_B: jax.Array) -> jax.Array:
   """hidden_BxD at each row's `[action]` marker (the first token's where it has none, -1)."""
   index_B = jnp.clip(position_B, 0, hidden_BxTxD.shape[1] - 1)

@@ -91,6 +91,16 @@ def untrained_party(tokenizer, max_new_tokens=6):
                             max_positions=256, temperature=1.0)
 
 
+def state_head_party(tokenizer):
+  """An untrained CALM agent party with a state head (the gate reads one)."""
+  c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
+  c.model.max_seq_len = 256
+  c.algorithm.head = "shared"
+  model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
+  return LMParty(model, tokenizer, AGENT, include_context=False,
+                 prefix_fields=airdialogue.table_fields, max_new_tokens=6, max_positions=256)
+
+
 def _play(agent, num_dialogues=2, max_turns=6):
   scenarios = airdialogue_env.make_scenarios(1000, num_dialogues, 30)
   customer = make_party("scripted:volunteer", CUSTOMER)
@@ -249,19 +259,15 @@ def test_the_ask_gate_forbids_the_action_markers_where_the_tracker_is_unsure(tok
                                                                                monkeypatch):
   """`ask=P`: a row whose tracker believes the trip's fields below P may not open or close an
   action block this turn; a confident row may. The gate reads the dialogue so far."""
-  c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
-  c.model.max_seq_len = 256
-  c.algorithm.head = "shared"
-  model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
-  party = LMParty(model, tokenizer, AGENT, include_context=False,
-                  prefix_fields=airdialogue.table_fields, max_new_tokens=6, max_positions=256)
+  party = state_head_party(tokenizer)
   read = []
+  fields = len(planning.ASK_FIELDS)
 
   def confidence(model, fields_BxPxF, tokens_BxT, mask_BxT, position_B, speakers):
     read.append(np.asarray(position_B))
-    return jnp.asarray([0.2, 0.9])
+    return np.asarray([[0.2] * fields, [0.9] * fields])
 
-  monkeypatch.setattr(planning, "tracker_confidence", confidence)
+  monkeypatch.setattr(planning, "words_confidence", confidence)
   planner = planning.CALMPlanner(party, act="head", ask=0.5)
   _play(planner, max_turns=2)
   markers = {tokenizer.marker_ids[t] for t in ("[action]", "[/action]")}
@@ -270,3 +276,70 @@ def test_the_ask_gate_forbids_the_action_markers_where_the_tracker_is_unsure(tok
   assert planner.held_back == 1 and len(read) == 1 and (read[0] > 0).all()
   with pytest.raises(ValueError, match="ask"):
     planning.CALMPlanner(untrained_party(tokenizer), act="lm", ask=0.5)
+
+
+def test_question_scores_weigh_what_each_candidate_asks_by_the_trackers_doubt():
+  """A candidate scores the doubt (1 - confidence) of the fields its questions ask about; one
+  that asks nothing the tracker needs, offers a flight or closes scores 0."""
+  confidence_K = np.ones(len(planning.ASK_FIELDS))
+  fields = list(planning.ASK_FIELDS)
+  confidence_K[fields.index("departure_airport")] = 0.3
+  confidence_K[fields.index("departure_day")] = 0.6
+  scores = planning.question_scores([
+      "Where are you flying from and to?",
+      "What are your travel dates?",
+      "Where are you flying from and to, and what are your travel dates?",
+      "Do you have any other specifications?",
+      "I found flight 1003 for $200. Shall I book it?",
+      "Done. [action] status=book flight=1003 name= A B [/action]",
+      None], confidence_K)
+  np.testing.assert_allclose(scores, [0.7, 0.4, 1.1, 0, 0, 0, 0], atol=1e-9)
+
+
+def test_words_confidence_doubts_a_field_the_table_alone_sets(monkeypatch):
+  """Read with and without the table's dates and airports: a field whose two readings differ
+  has confidence 0; one read the same keeps the lower of its two confidences."""
+  k = len(planning.ASK_FIELDS)
+
+  def tracker(model, fields_BxPxF, tokens_BxT, mask_BxT, position_B, speakers):
+    blanked = bool((np.asarray(fields_BxPxF)[..., airdialogue.FIELD["departure_day"]]
+                    [np.asarray(fields_BxPxF)[..., airdialogue.FIELD["row_type"]] ==
+                     airdialogue.ROW_FLIGHT] == 1).all())
+    value = np.zeros((1, k), np.int32)
+    value[0, planning.ASK_FIELDS.index("departure_day")] = 1 if blanked else 26
+    return np.full((1, k), 0.7 if blanked else 0.9), value
+
+  monkeypatch.setattr(planning, "tracker_confidence", tracker)
+  scenario = airdialogue_env.make_scenarios(1000, 1, 30)[0]
+  fields_BxPxF = airdialogue.table_fields(scenario.context(AGENT))[None]
+  confidence_K = planning.words_confidence(None, fields_BxPxF, None, None, None, None)[0]
+  expected = np.full(k, 0.7)
+  expected[planning.ASK_FIELDS.index("departure_day")] = 0.0
+  np.testing.assert_allclose(confidence_K, expected)
+
+
+def test_score_ask_says_the_question_the_tracker_picks_where_the_gate_holds(tokenizer,
+                                                                           monkeypatch):
+  """`score=ask`: a held row says the candidate whose questions cover most of the tracker's
+  doubt, and every replica continues from it; a confident row says its greedy candidate 0.
+  Past the agent's first offer the gate no longer holds."""
+  party = state_head_party(tokenizer)
+  k = len(planning.ASK_FIELDS)
+  monkeypatch.setattr(planning, "words_confidence", lambda *a: np.asarray([[0.2] * k, [0.9] * k]))
+  monkeypatch.setattr(planning, "question_scores",
+                      lambda candidates, confidence_K: np.asarray([0.0, 0.5, 0.2]))
+  planner = planning.CALMPlanner(party, n=3, score="ask", act="head", ask=0.5, temp=1.0)
+  results = _play(planner, max_turns=2)
+  assert planner.picked == [1, 0] and planner.held_back == 1
+  for b, result in enumerate(results):
+    said = [t.text for t in result.turns if t.speaker == AGENT][-1]
+    assert said == planner.candidates[b][planner.picked[b]]
+    for i in range(b * 3, b * 3 + 3):  # Every replica holds the said reply.
+      assert party._last[i] == said
+  offer = [planning.Turn(AGENT, "I found flight 1003 for $200. Shall I book it?")]
+  assert planner._offered(offer) and not planner._offered(
+      [planning.Turn(AGENT, "What are your travel dates?")])
+  with pytest.raises(ValueError, match="score=ask"):
+    planning.CALMPlanner(untrained_party(tokenizer), n=3, score="ask", act="head")
+  with pytest.raises(ValueError, match="ask"):
+    planning.CALMPlanner(untrained_party(tokenizer), n=1, score="ask", act="head", ask=0.5)

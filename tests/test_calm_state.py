@@ -69,10 +69,10 @@ def test_the_probe_blanks_only_the_flight_rows_dates_and_airports():
   from workflows import state_probe
 
   fields_BxPxF = np.stack([airdialogue.table_fields(table.to_json()) for _, table in _scenes(8, 5)])
-  blanked = state_probe.blank_table(fields_BxPxF)
+  blanked = state.blank_table(fields_BxPxF)
   is_flight = fields_BxPxF[..., airdialogue.FIELD["row_type"]] == airdialogue.ROW_FLIGHT
   for name, k in airdialogue.FIELD.items():
-    if name in state_probe.BLANKED:
+    if name in state.BLANKED:
       assert (blanked[..., k][is_flight] == 1).all()
       np.testing.assert_array_equal(blanked[..., k][~is_flight], fields_BxPxF[..., k][~is_flight])
     else:

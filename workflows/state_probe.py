@@ -17,23 +17,10 @@ import numpy as np
 
 from calm import model as calm_model, scenes, state
 from data_pipelines.tokenization import load_tokenizer
-from domains.airdialogue import task as airdialogue
 from ilql_dialogue import bc
 from ilql_dialogue import restore
 
-BLANKED = ("departure_airport", "return_airport", "departure_month", "departure_day",
-           "return_month", "return_day")
 PROBE_SEED = (0x5052, 0)  # "PR": apart from every training and evaluation stream.
-
-
-def blank_table(fields_BxPxF: np.ndarray) -> np.ndarray:
-  """The flight rows' BLANKED fields set to value 1: the table no longer says the intent."""
-  fields_BxPxF = np.array(fields_BxPxF)
-  is_flight_BxP = fields_BxPxF[..., airdialogue.FIELD["row_type"]] == airdialogue.ROW_FLIGHT
-  for name in BLANKED:
-    column = fields_BxPxF[..., airdialogue.FIELD[name]]
-    fields_BxPxF[..., airdialogue.FIELD[name]] = np.where(is_flight_BxP, 1, column)
-  return fields_BxPxF
 
 
 def accuracies(model: calm_model.CALMModel, batch: dict[str, np.ndarray],
@@ -59,4 +46,4 @@ def probe(workdir: str, step: int | None = None, rows: int = 128) -> dict[str, d
   batch = scenes.scene_batch(rows, PROBE_SEED, tokenizer, config.task.max_length, 30)
   return {"step": step,
           "table": accuracies(model, batch, batch[bc.PREFIX_FIELDS]),
-          "table_blanked": accuracies(model, batch, blank_table(batch[bc.PREFIX_FIELDS]))}
+          "table_blanked": accuracies(model, batch, state.blank_table(batch[bc.PREFIX_FIELDS]))}

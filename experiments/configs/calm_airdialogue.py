@@ -62,7 +62,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       n=4,  # Candidate utterances per agent turn.
       m=2,  # Imagined continuations per candidate.
       horizon=6,  # Imagined utterances per continuation (both sides).
-      score="reward_token",  # "reward_token" | "head" (calm/planning.py says why).
+      score="reward_token",  # "reward_token" | "head" | "ask" (calm/planning.py says why).
       temperature=1.0,  # Sampling of candidates and imagined turns.
       greedy_candidate=1,  # Candidate 0 is the greedy reply: planning never lacks it.
       margin=0.0,  # How much a sampled candidate must outscore the greedy one to replace it.
