@@ -14,9 +14,9 @@ limits, the pad id and any logits processor's arrays or modules. Static: shapes,
 `max_new_tokens`, the processor's type/structure, the cache length and the attended window.
 
 Every call attends only over the filled part of the cache: a window of the first slots up to
-the last one it can write, rounded up to `ATTEND_BUCKET` times a power of two or 1.5 times one
-(one compile per bucket), so a cache sized for a whole episode costs each step only what the
-history holds. The layers decode from per-layer parameters sliced once before the loop (`hoisted_layers`).
+the last one it can write, rounded up to `ATTEND_BUCKET` times a power of two (one compile per
+bucket), so a cache sized for a whole episode costs each step only what the history holds. The
+layers decode from per-layer parameters sliced once before the loop (`hoisted_layers`).
 
 Rows may be split over devices (`decode_devices`: one CPU device per core uses every core):
 `prefill` splits the new cache as its prompt's rows are, and each call keeps the split.
@@ -344,13 +344,10 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
 
 
 def attend_window(max_len: int, last_slot: int) -> int:
-  """Slots a call attends over: `last_slot` rounded up to ATTEND_BUCKET * 2^k or 1.5 times that
-  (64, 96, 128, 192, ...): at most a third of a window is empty slots past the history, where
-  powers of two alone waste up to half (a 1,031-token dialogue: 1,536 slots, not 2,048), for
-  twice as many compiled shapes."""
+  """Slots a decode loop attends over: `last_slot` rounded up to ATTEND_BUCKET * 2^k."""
   window = ATTEND_BUCKET
   while window < last_slot:
-    window = window * 3 // 2 if window & (window - 1) == 0 else window * 4 // 3
+    window *= 2
   return min(max_len, window)
 
 
