@@ -261,6 +261,11 @@ def finer_windows() -> Iterator[None]:
     sampler.attend_window = engine_rule
 
 
+def windows(loop: str) -> contextlib.AbstractContextManager:
+  """The attended-window rule `loop` plays under: the finer one for ours_fine, else the engine's."""
+  return finer_windows() if loop == "ours_fine" else contextlib.nullcontext()
+
+
 def make_agent(loop: str, model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer,
                max_new_tokens: int) -> Any:
   if loop in OURS:
@@ -300,7 +305,7 @@ def measure(model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer, bat
   result: dict[str, Any] = {"batch": batch, "turns": turns, "max_new_tokens": max_new_tokens,
                             "repeats": repeats}
   for loop in loops:
-    with finer_windows() if loop == "ours_fine" else contextlib.nullcontext():
+    with windows(loop):
       play(make_agent(loop, model, hf, tok, max_new_tokens), warm, turns)
   seconds = {loop: [] for loop in loops}
   decoded, splits = {}, {}
@@ -309,8 +314,7 @@ def measure(model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer, bat
       agent = make_agent(loop, model, hf, tok, max_new_tokens)
       timers = rollout_cache.Timers()
       if loop in OURS:  # Blocking on each device call costs little on CPU; split comes free.
-        with timers.installed(), (finer_windows() if loop == "ours_fine"
-                                  else contextlib.nullcontext()):
+        with timers.installed(), windows(loop):
           elapsed, episodes = play(agent, timed, turns)
         split = dict(timers.seconds)
         split["decode"] = split.pop("generate")
@@ -421,8 +425,8 @@ def render(all_runs: Sequence[dict[str, Any]], command: str, load: tuple[float, 
       "batch each.",
       "- `ours`: LMParty, the KV cache kept across turns, each call attending over the filled "
       "slots rounded up to 64 * 2^k; `ours, windows of 1.5 x 2^k`: the same engine with windows "
-      "of 64 * 2^k or 1.5 times that (`finer_windows`, measured here only). `torch re-prefill`: the whole "
-      "conversation (ids as played, left-padded) through `generate` before each agent turn, as "
+      "of 64 * 2^k or 1.5 times that (`finer_windows`, measured here only). `torch re-prefill`: "
+      "the whole conversation (ids as played, left-padded) through `generate` before each agent turn, as "
       "TRL-style multi-turn trainers do. `torch kept cache`: `past_key_values` kept; each "
       "turn's new ids appended with one masked forward, then a greedy one-token-per-forward "
       "loop (the best a torch user can write). All three use the same forbidden ids and stop "

@@ -212,10 +212,9 @@ def tracker_confidence(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tok
   log_p = state.on_table(model.action_head.tracked(
       hidden_BxTxD, mask_BxT, position_B, state.others_reads(tokens_BxT, mask_BxT, *speakers)),
                          fields_BxPxF)
-  names = state.TRACKED_NAMES
-  return jnp.exp(jnp.stack([jnp.max(log_p[names.index(f)], axis=-1) for f in ASK_FIELDS],
-                           axis=1)), jnp.stack([jnp.argmax(log_p[names.index(f)], axis=-1)
-                                                for f in ASK_FIELDS], axis=1)
+  asked = [log_p[state.TRACKED_NAMES.index(f)] for f in ASK_FIELDS]
+  return (jnp.exp(jnp.stack([jnp.max(x, axis=-1) for x in asked], axis=1)),
+          jnp.stack([jnp.argmax(x, axis=-1) for x in asked], axis=1))
 
 
 def words_confidence(model: calm_model.CALMModel, fields_BxPxF: np.ndarray, tokens_BxT: jax.Array,
@@ -296,12 +295,12 @@ class CALMPlanner:
                        f"holds; got n={n}, ask={ask}")
     if ask and not isinstance(party.decoder.action_head, state.StateHead):
       raise ValueError("CALM ask needs a state head (algorithm.head=state or pooled)")
-    self.party, self.n, self.m, self.h, self.score, self.act = party, n, m, h, score, act
+    # score=ask imagines nothing: one replica per candidate.
+    self.m = 1 if score == "ask" else m
+    self.party, self.n, self.h, self.score, self.act = party, n, h, score, act
     self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
     self.role = party.role
-    self.replicas = (n if score == "ask" else n * m) if n > 1 else 1
-    if score == "ask":
-      self.m = 1  # Nothing is imagined: one replica per candidate.
+    self.replicas = n * self.m if n > 1 else 1
     tok = party.tokenizer
     if n > 1:
       party.sampling["temperature"] = temp
