@@ -16,6 +16,9 @@ from typing import Any, Iterable, Mapping
 
 import jax
 import numpy as np
+from absl import logging
+
+from data_pipelines import files
 
 METRICS_FILE = "metrics.jsonl"
 CURVES_FILE = "learning_curves.png"
@@ -66,8 +69,7 @@ class MetricsWriter:
       return
     os.makedirs(workdir, exist_ok=True)
     kept = [r for r in read_metrics(self.path) if r["step"] <= start_step]
-    with open(self.path, "w") as f:
-      f.writelines(json.dumps(r) + "\n" for r in kept)
+    files.write_text(self.path, [json.dumps(r) + "\n" for r in kept])
     from tensorboardX import SummaryWriter  # Heavy import kept off non-writing hosts.
     self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"), purge_step=start_step + 1)
 
@@ -88,11 +90,29 @@ class MetricsWriter:
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
-  """All records of a metrics.jsonl file (empty if there is none)."""
+  """All records of a metrics.jsonl file (empty if there is none).
+
+  A last line without its newline that does not parse is a record cut short by a killed run
+  (its step is logged again on resume): it is left out with a warning. Any other unreadable
+  line is an error naming the file and line.
+  """
   if not os.path.exists(path):
     return []
   with open(path) as f:
-    return [json.loads(line) for line in f if line.strip()]
+    lines = f.readlines()
+  records = []
+  for number, line in enumerate(lines, 1):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError as e:
+      if number == len(lines) and not line.endswith("\n"):
+        logging.warning("%s:%d: a record cut short (the run was killed while writing it); "
+                        "left out", path, number)
+        continue
+      raise ValueError(f"{path}:{number}: not a JSON record ({e})") from None
+  return records
 
 
 def plot_learning_curves(metrics_path: str, png_path: str) -> None:

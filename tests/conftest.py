@@ -7,11 +7,10 @@ checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the 
 that folder if it exists. The τ²-bench retail data works the same way ($TAU2_RETAIL_DATA_DIR,
 else `../shared/data/tau2_retail`).
 
-Compiling dominates the suite on CPU, so the tests compile at XLA's backend optimization level
-0 (set in XLA_FLAGS unless it names a level already, and inherited by the subprocesses tests
-start), as the multi-device and multi-process tests' subprocesses always did: it compiles in
-about half the time, and at the tests' model sizes the slower code costs far less than that
-saves (the suite's CPU time falls by about 40%). Many files also compile the very same programs
+Compiling dominates the suite on CPU, so the tests compile with `compile_flags.FAST_COMPILE`
+(XLA backend optimization level 0 and the legacy elemental emitters; each set in XLA_FLAGS
+unless it is named there already, and inherited by the subprocesses tests start): at the
+tests' model sizes the slower code costs far less than the compile time they save. Many files also compile the very same programs
 (the tiny models' train steps, decoders, losses), so the session shares one persistent JAX
 compilation cache, every compile cached however short: a folder made for the session (the
 pytest-xdist workers and the subprocesses tests start inherit it through the environment, as
@@ -31,6 +30,8 @@ import tempfile
 
 import pytest
 
+from compile_flags import FAST_COMPILE
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SHARED_DATA = os.path.join(os.path.dirname(_REPO), "shared", "data")
 
@@ -46,9 +47,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)  # Only the process that made it.
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # Every program.
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = " ".join(
-      (os.environ.get("XLA_FLAGS", ""), "--xla_backend_optimization_level=0")).strip()
+for _flag in FAST_COMPILE.split():
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join((os.environ.get("XLA_FLAGS", ""), _flag)).strip()
 if "jax" in sys.modules:  # Imported before this file (by a plugin): it read its flags already.
   import jax
   for _flag, _type in (("compilation_cache_dir", str),

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from compile_flags import FAST_COMPILE
 from ilql_dialogue import checkpointing, metrics, sharding, train_loop
 from workflows.base_config import base_config
 
@@ -134,7 +135,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
              "--config.train.steps=100000", "--config.train.log_every=5",
              "--config.train.checkpoint_every=100000", "--config.train.progress_bar=False"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
-         "XLA_FLAGS": "--xla_backend_optimization_level=0"}
+         "XLA_FLAGS": FAST_COMPILE}
   process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
   metrics_path = os.path.join(workdir, "metrics.jsonl")
@@ -152,6 +153,66 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(tmp_path):
   checkpointer.close()
   logged = metrics.read_metrics(metrics_path)[-1]["step"]
   assert saved is not None and 5 <= logged <= saved < 100000
+
+
+def _train_command(workdir, steps):
+  return [sys.executable, "-m", "experiments.train", "--config=experiments/configs/bc_tiny.py",
+          f"--workdir={workdir}", "--config.data.synthetic=True", "--config.model.num_layers=1",
+          f"--config.train.steps={steps}", "--config.train.log_every=1",
+          "--config.train.checkpoint_every=3", "--config.train.progress_bar=False"]
+
+
+def test_kill_9_mid_training_then_the_same_command_ends_where_an_uninterrupted_run_does(
+    tmp_path):
+  """SIGKILL gives the run no chance to save: the rerun resumes from the last checkpoint
+  (an async save cut short included) and logs the very losses of a run never killed."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
+         "XLA_FLAGS": FAST_COMPILE}
+  steps = 24
+  straight_dir, killed_dir = str(tmp_path / "straight"), str(tmp_path / "killed")
+  straight = subprocess.Popen(_train_command(straight_dir, steps), cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+  killed = subprocess.Popen(_train_command(killed_dir, steps), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  metrics_path = os.path.join(killed_dir, "metrics.jsonl")
+  deadline = time.time() + 120
+  while time.time() < deadline:
+    assert killed.poll() is None, killed.stdout.read()[-5000:]
+    try:
+      logged = [r["step"] for r in metrics.read_metrics(metrics_path) if r["split"] == "train"]
+    except ValueError:  # Read while a line was being written.
+      logged = []
+    if logged and logged[-1] >= 10:
+      break
+    time.sleep(0.05)
+  killed.kill()
+  killed.communicate()
+  checkpointer = checkpointing.Checkpointer(killed_dir, keep=3)
+  saved = checkpointer.latest_step()
+  checkpointer.close()
+  assert saved is not None and 0 < saved <= logged[-1] < steps  # Steps after it are redone.
+  rerun = subprocess.run(_train_command(killed_dir, steps), cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=180)
+  assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+  assert straight.wait(timeout=180) == 0
+
+  def losses(workdir):
+    return {r["step"]: r["loss"] for r in metrics.read_metrics(
+        os.path.join(workdir, "metrics.jsonl")) if r["split"] == "train"}
+
+  assert losses(killed_dir) == losses(straight_dir)
+  assert sorted(losses(killed_dir)) == list(range(1, steps + 1))
+
+
+def test_a_record_cut_short_by_a_kill_is_left_out_and_any_other_bad_line_is_named(tmp_path):
+  path = str(tmp_path / "metrics.jsonl")
+  with open(path, "w") as f:
+    f.write('{"step": 1, "split": "train", "loss": 1.0}\n{"step": 2, "split": "tr')
+  assert metrics.read_metrics(path) == [{"step": 1, "split": "train", "loss": 1.0}]
+  with open(path, "w") as f:
+    f.write('{"step": 1, "split": "train", "loss": 1.0}\nnot json\n{"step": 3}\n')
+  with pytest.raises(ValueError, match=r"metrics.jsonl:2: not a JSON record"):
+    metrics.read_metrics(path)
 
 
 def test_best_checkpoint_keeps_the_best_evaluation_and_survives_resume(tmp_path):

@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from compile_flags import FAST_COMPILE
 from data_pipelines import mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from ilql_dialogue import metrics as metrics_lib
@@ -71,8 +72,7 @@ def _launch(processes: int, devices: int, data: str, workdir: str, *flags: str,
   shape compiles nothing the second time.
   """
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO,
-         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} "
-                      "--xla_backend_optimization_level=0",
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices} {FAST_COMPILE}",
          "JAX_COMPILATION_CACHE_DIR": os.path.join(data, "jax_cache"),
          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
   port = _free_port()

@@ -159,7 +159,7 @@ def test_a_runs_own_settings_win_over_the_pipelines(tmp_path):
   selected at its one evaluation, plays the fewer its `set` names."""
   config = quickstart.get_config()
   workdir = str(tmp_path)
-  assert pipeline_lib.run_config(config, "bc_agent", workdir).online_eval.num_dialogues == 256
+  assert pipeline_lib.run_config(config, "bc_agent", workdir).online_eval.num_dialogues == 128
   arm = pipeline_lib.run_config(config, "cotrain_arm", workdir)
   assert arm.online_eval.num_dialogues == quickstart.ARM_VALIDATION_DIALOGUES
   assert arm.online_eval.temperature == config.evaluation.agent_temperature

@@ -77,7 +77,8 @@ _EIGHT_DEVICE_SCRIPT = textwrap.dedent("""
       assert "shard_map" in str(jax.make_jaxpr(step)(q8, keys8, values8))
       got = step(q8, keys8, values8)
     assert got[1][0].sharding.spec == P(("data", "fsdp"), None, "tensor"), got[1][0].sharding
-    np.testing.assert_allclose(float(got[0]), float(want[0]), atol=1e-5)
+    # The loss sums 2,432 float32 terms: its rounding grows with its size.
+    np.testing.assert_allclose(float(got[0]), float(want[0]), rtol=1e-5)
     for a, b_ in zip(got[1], want[1]):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b_), atol=1e-5)
     print("SPLASH_SHARDED_OK")

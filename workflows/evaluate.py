@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 from flax import nnx
 
-from data_pipelines import mdp
+from data_pipelines import files, mdp
 from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer
 from domains.airdialogue import environment as airdialogue_env
@@ -88,9 +88,7 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
       kb_size=kb_size, lm_options=lm_options, customer_lm_options=customer_lm_options,
       elapsed_s=elapsed,
       dialogues_per_s=num_dialogues / elapsed, transcripts=transcripts_path)
-  with open(summary_path, "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=2)
-    f.write("\n")
+  files.write_json(summary_path, summary, indent=2)
   return summary
 
 
@@ -247,7 +245,5 @@ def evaluate_environment(env: Any, role: str, party: str, opponent: str, *, num_
                  batch_size=batch_size, max_turns=max_turns, lm_options=dict(lm_options or {}),
                  opponent_options=dict(opponent_options or {}), elapsed_s=elapsed,
                  transcripts=transcripts_path)
-  with open(os.path.join(workdir, f"eval_{tag}.json"), "w", encoding="utf-8") as f:
-    json.dump(summary, f, indent=2)
-    f.write("\n")
+  files.write_json(os.path.join(workdir, f"eval_{tag}.json"), summary, indent=2)
   return summary

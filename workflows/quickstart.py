@@ -26,7 +26,7 @@ import ml_collections
 from absl import logging
 
 from calm import data as calm_data
-from data_pipelines import cli, mdp_dataset, tokenization
+from data_pipelines import cli, files, mdp_dataset, tokenization
 from data_pipelines.airdialogue import action_grammar, selfplay, to_dialogue
 from data_pipelines.dialogue import write_jsonl
 from ilql_dialogue import checkpointing, init_from, metrics as metrics_lib, restore, tasks
@@ -46,8 +46,7 @@ def _stage(name: str, done_marker: str, fn: Callable[[], Any]) -> None:
     return
   logging.info("stage %s", name)
   fn()
-  with open(done_marker, "w") as f:
-    f.write("done\n")
+  files.write_text(done_marker, "done\n")
 
 
 def generate_airdialogue(config: ml_collections.ConfigDict, workdir: str) -> dict[str, str]:
@@ -364,8 +363,7 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
                     "temperature": config.evaluation.agent_temperature},
         customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
                              "temperature": config.evaluation.customer_temperature})
-    with open(summary_path, "w") as f:
-      json.dump({**summary, "checkpoints": checkpoints}, f, indent=2)
+    files.write_json(summary_path, {**summary, "checkpoints": checkpoints}, indent=2)
   with open(summary_path) as f:
     summary = json.load(f)
   row = {"agent": agent, "customer": customer, "beta": beta,
@@ -430,8 +428,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if config.collapse.arms:
     report["collapse"] = compare_arms(config, workdir)
   report["learning_curves"] = plot_curves(config, workdir)
-  with open(os.path.join(workdir, "report.json"), "w") as f:
-    json.dump(report, f, indent=2)
+  files.write_json(os.path.join(workdir, "report.json"), report, indent=2)
   print(json.dumps(report, indent=2))
   print(format_table(report["evaluation"]))
   if "collapse" in report:

@@ -94,8 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.training = ml_collections.ConfigDict(dict(
       # Validation scenarios per evaluation (seed 2000) that pick each agent's checkpoint: at
       # 32 (s.e. ~0.08) one CALM seed of three was picked at a step that copies names 0.58 of
-      # the time (docs/RESULTS.md, "CALM's ablation table"); 256 cost little per evaluation.
-      online_dialogues=256,
+      # the time (docs/RESULTS.md, "CALM's ablation table"). 128 (s.e. <= 0.045) keeps make
+      # run inside its 20 minutes; each of CALM's four evaluations of 256 took about 25 s.
+      online_dialogues=128,
   ))
   # (agent, customer): run names or party specs (ilql_dialogue/party_spec.py).
   config.evaluation = ml_collections.ConfigDict(dict(
