@@ -11,6 +11,10 @@ already started keep their CPU affinity:
   * `all_cores_one_device`: every usable CPU, ours on one device (what a default run does);
   * `all_cores`: every usable CPU; ours on one CPU device per core with each batch's rows
     split over them (`generation/decode_devices.py`), torch with one thread per core.
+Each child also plays multi-turn dialogues as evaluation and online RL do: the rollout
+benchmarks' agent (`benchmarks.rollouts_vs_torch.agent_model`, greedy) as an `LMParty` against
+the scripted volunteer through `environment.play`, its rows split over the devices where the
+setting has several (`LMParty(devices=...)`).
 Each child prints one JSON line; `--setting=NAME` runs one child's measurement alone (add
 `--xla_flags=...` to try XLA:CPU flags on our side).
 """
@@ -36,6 +40,7 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SECTION = "## LM core: batched decoding on one core and on all cores"
 SETTINGS = ("one_core", "all_cores_one_device", "all_cores")
 TARGET_SCALING, TARGET_VS_TORCH = 1.8, 2.0  # At the largest batch, on all cores.
+DIALOGUE_TURNS, DIALOGUE_NEW_TOKENS = 10, 32  # Utterances per dialogue, tokens per agent turn.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +98,8 @@ def measure_setting(setting: Setting, quick: bool, repeats: int | None,
                    "step_ms": 1e3 * (wall_s - timing["prefill_s"]) / bc.new_tokens,
                    "tokens": np.asarray(timing["tokens"]).tolist()}
     out["batches"][str(batch)] = row
+  out["dialogues"] = play_dialogues(max(bc.decode_batches), 1 if quick else bc.repeats,
+                                    2 if quick else DIALOGUE_TURNS)
   out["load_after"] = os.getloadavg()
   out["shape"] = {"prompt_len": bc.prompt_len, "new_tokens": bc.new_tokens,
                   "repeats": bc.repeats, "layers": bc.num_layers, "width": bc.d_model,
@@ -100,6 +107,34 @@ def measure_setting(setting: Setting, quick: bool, repeats: int | None,
   out["versions"] = (f"python {platform.python_version()}, jax {jax.__version__}, torch "
                      f"{torch.__version__}")
   return out
+
+
+def play_dialogues(batch: int, repeats: int, turns: int) -> dict[str, Any]:
+  """Multi-turn dialogues per second of one LMParty batch (rows split over every device when
+  there are several), median of `repeats` after a warm-up batch; the agent's ids."""
+  import time
+
+  import jax
+  import numpy as np
+
+  from benchmarks import rollout_cache, rollouts_vs_torch
+  from domains.airdialogue import environment as airdialogue_env
+  from ilql_dialogue.lm_party import LMParty
+
+  tok, model = rollout_cache.tokenizer(), rollouts_vs_torch.agent_model()
+  scenarios = airdialogue_env.make_scenarios(7, 2 * batch, kb_size=rollouts_vs_torch.KB_SIZE)
+  devices = jax.devices() if jax.device_count() > 1 else None
+  seconds = []
+  for k in range(repeats + 1):
+    agent = LMParty(model, tok, "agent", max_new_tokens=DIALOGUE_NEW_TOKENS, temperature=0.0,
+                    devices=devices)
+    start = time.perf_counter()
+    rollouts_vs_torch.play(agent, scenarios[:batch] if k == 0 else scenarios[batch:], turns)
+    if k:
+      seconds.append(time.perf_counter() - start)
+  return {"batch": batch, "turns": turns, "dialogues_per_s": batch / float(np.median(seconds)),
+          "placed_on": len(agent.state.cache.valid_BxS.sharding.device_set),
+          "tokens": [[t for turn in row for t in turn] for row in agent.generated_ids]}
 
 
 def run_child(name: str, setting: Setting, argv: list[str]) -> dict[str, Any]:
@@ -155,6 +190,15 @@ def render(runs: dict[str, dict[str, Any]], command: str, xla_flags: str) -> str
         f"ours vs torch {100 * same_share(ref, one['batches'][b]['torch']['tokens']):.0f}% (1 core) / "
         f"{100 * same_share(every['batches'][b]['ours']['tokens'], every['batches'][b]['torch']['tokens']):.0f}% "
         f"({cores} cores)")
+  dialogues = {name: run["dialogues"] for name, run in runs.items()}
+  d_rate = {name: d["dialogues_per_s"] for name, d in dialogues.items()}
+  d = dialogues["all_cores"]
+  dialogue_rows = [
+      f"| {d['batch']} | {d['turns']} | {d_rate['one_core']:.2f} | "
+      f"{d_rate['all_cores_one_device']:.2f} | {d_rate['all_cores']:.2f} | "
+      f"{d_rate['all_cores'] / d_rate['one_core']:.2f}x | "
+      f"{d_rate['all_cores_one_device'] / d_rate['one_core']:.2f}x | "
+      f"{100 * same_share(dialogues['one_core']['tokens'], d['tokens']):.0f}% |"]
   load = lambda run, key: " / ".join(f"{x:.2f}" for x in run[key])
   return "\n".join([
       SECTION,
@@ -196,6 +240,18 @@ def render(runs: dict[str, dict[str, Any]], command: str, xla_flags: str) -> str
       *step_rows,
       "",
       "Greedy tokens identical, position by position: " + "; ".join(same_rows) + ".",
+      "",
+      f"Multi-turn dialogues per second (an `LMParty` agent, the rollout benchmarks' 2-layer "
+      f"Llama of width 128 with its ~480-token context, greedy, at most "
+      f"{DIALOGUE_NEW_TOKENS} tokens a turn, against the scripted volunteer through "
+      f"`environment.play`; rows split over the devices with `LMParty(devices=...)`; the "
+      f"customer, tokenization and bookkeeping included):",
+      "",
+      f"| batch | utterances | 1 core | {cores} cores, 1 device | {cores} cores, rows on "
+      f"{cores} devices | 1 -> {cores} cores | 1 -> {cores} cores, 1 device | agent tokens "
+      f"identical (split vs 1 core) |",
+      "|---:|---:|---:|---:|---:|---:|---:|---:|",
+      *dialogue_rows,
   ])
 
 

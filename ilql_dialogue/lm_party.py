@@ -26,6 +26,7 @@ from data_pipelines.dialogue import Turn
 from data_pipelines.mdp import SerializeContext, json_context
 from data_pipelines.tokenization import DialogueTokenizer
 from ilql_dialogue import registry
+from ilql_dialogue.generation import decode_devices
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models.kv_cache import init_cache
@@ -105,13 +106,16 @@ def chunk_slots(rows: Sequence[Sequence[int]], chunk: int) -> int:
   return -(-max(map(len, rows)) // chunk) * chunk
 
 
-def empty_state(decoder: Any, batch: int, max_len: int) -> sampler.DecodeState:
-  """A decoding state holding nothing yet, with `max_len` cache slots per row."""
+def empty_state(decoder: Any, batch: int, max_len: int,
+                mesh: jax.sharding.Mesh | None = None) -> sampler.DecodeState:
+  """A decoding state holding nothing yet, with `max_len` cache slots per row (its rows split
+  over `mesh`'s devices when given: `decode_devices`)."""
   cfg = decoder.cfg
-  return sampler.DecodeState(
+  state = sampler.DecodeState(
       cache=init_cache(cfg, batch, max_len),
       last_hidden_BxD=jnp.zeros((batch, cfg.d_model), jnp.dtype(cfg.dtype)),
       lengths_B=jnp.zeros((batch,), jnp.int32))
+  return state if mesh is None else decode_devices.split_state(state, mesh)
 
 
 def extend(decoder: Any, state: sampler.DecodeState, rows: Sequence[Sequence[int]],
@@ -129,15 +133,20 @@ def extend(decoder: Any, state: sampler.DecodeState, rows: Sequence[Sequence[int
 
 
 def start_state(decoder: Any, prompts: Sequence[Sequence[int]], pad_id: int, chunk: int,
-                max_len: int, prefix_BxPxD: jax.Array | None = None) -> sampler.DecodeState:
-  """A cache of `max_len` slots holding the prompts (after the prefix rows, if any).
+                max_len: int, prefix_BxPxD: jax.Array | None = None,
+                mesh: jax.sharding.Mesh | None = None) -> sampler.DecodeState:
+  """A cache of `max_len` slots holding the prompts (after the prefix rows, if any), its rows
+  split over `mesh`'s devices when given (`decoder` then whole on each).
 
   Without a prefix the prompts go through `extend` from `empty_state`, so no
   prefill is compiled at all; a prefix enters with a prefill of the first chunk.
   """
   if prefix_BxPxD is None:
-    return extend(decoder, empty_state(decoder, len(prompts), max_len), prompts, pad_id, chunk)
+    return extend(decoder, empty_state(decoder, len(prompts), max_len, mesh), prompts, pad_id,
+                  chunk)
   head_BxT, mask_BxT = _pad_rows([p[:chunk] for p in prompts], chunk, pad_id)
+  if mesh is not None:  # prefill splits the cache as it finds the prompt's rows.
+    head_BxT, mask_BxT = decode_devices.split_rows((head_BxT, mask_BxT), mesh)
   state = sampler.prefill(decoder, head_BxT, mask_BxT, max_len=max_len, prefix_BxPxD=prefix_BxPxD)
   rest = [p[chunk:] for p in prompts]
   return extend(decoder, state, rest, pad_id, chunk) if any(rest) else state
@@ -171,6 +180,11 @@ class LMParty:
   the others), and `prefix_fields_BxPxF` the structured prefix (None without
   one): a trainer sees the very sequence that was decoded, never a
   re-tokenization of its text. `compactions` counts compactions since `reset`.
+
+  `devices` (two or more): each batch whose size they divide is decoded with its rows split
+  over them and the weights whole on each (`generation/decode_devices.py`; on CPU, one device
+  per core uses every core), the same tokens as on one device. For plain parties: the CALM
+  planner and the k-sample picker work on `state` with `decoder` and keep one device.
   """
 
   def __init__(self, decoder: Any, tokenizer: DialogueTokenizer, role: str, *,
@@ -182,11 +196,14 @@ class LMParty:
                hook: Callable[[int], Any] | None = None, max_positions: int | None = None,
                chunk: int = 32,
                prefix_fields: Callable[[Mapping[str, Any], str], np.ndarray] | None = None,
-               read_turn: Callable[[Turn], str | None] | None = None):
+               read_turn: Callable[[Turn], str | None] | None = None,
+               devices: Sequence[jax.Device] | None = None):
     if role not in tokenizer.speaker_token_ids:
       raise ValueError(f"LMParty: role {role!r} has no speaker token in tokenizer roles "
                        f"{list(tokenizer.roles)}")
     self.decoder = decoder
+    self.devices = list(devices or ())
+    self._mesh, self._model = None, decoder  # What decodes this batch (`reset`).
     self.tokenizer = tokenizer
     self.role = role
     self.max_new_tokens = max_new_tokens
@@ -244,16 +261,20 @@ class LMParty:
                          f"tokens, leaving no room for a {self.max_new_tokens}-token turn in "
                          f"row_limit={self.row_limit} positions")
       prompts.append(prompt)
+    split = len(self.devices) > 1 and batch % len(self.devices) == 0
+    self._mesh = decode_devices.decode_mesh(self.devices) if split else None
+    # Copied at each reset: a trainer may have changed the decoder's weights since the last.
+    self._model = decode_devices.replicate(self.decoder, self._mesh) if split else self.decoder
     prefix_BxPxD = None
     if self.prefix_fields is not None:
       fields_BxPxF = np.stack([self.prefix_fields(c, f"{self.role} context of row {b}")
                                for b, c in enumerate(contexts)])
-      prefix_BxPxD = self.decoder.embed_prefix(jnp.asarray(fields_BxPxF))
+      prefix_BxPxD = self._model.embed_prefix(jnp.asarray(fields_BxPxF))
       self.prefix_fields_BxPxF = fields_BxPxF
     else:
       self.prefix_fields_BxPxF = None
-    self._state = start_state(self.decoder, prompts, tok.pad_id, self.chunk, self.cache_len,
-                              prefix_BxPxD)
+    self._state = start_state(self._model, prompts, tok.pad_id, self.chunk, self.cache_len,
+                              prefix_BxPxD, self._mesh)
     # One key per row, from that row's seed alone: a row samples the same tokens in any batch.
     self._key = jax.vmap(jax.random.key)(jnp.asarray(
         [np.random.SeedSequence(int(s)).generate_state(1)[0] for s in seeds], jnp.uint32))
@@ -265,6 +286,8 @@ class LMParty:
     self._open = [False] * batch  # Last turn ended by the length cap, not <|eot|>.
     self._ended = [False] * batch
     self._batch_hook = self._hook(batch)
+    if split:
+      self._batch_hook = decode_devices.replicate_arrays(self._batch_hook, self._mesh)
     self.generated_ids = [[] for _ in range(batch)]
     self.token_ids = [list(p) for p in prompts]
     self.sampled = [[False] * len(p) for p in prompts]
@@ -299,9 +322,9 @@ class LMParty:
                          f"leaves no room for a turn in row_limit={self.row_limit}")
     prefix_BxPxD = None
     if self.prefix_fields_BxPxF is not None:
-      prefix_BxPxD = self.decoder.embed_prefix(jnp.asarray(self.prefix_fields_BxPxF))
-    self._state = start_state(self.decoder, self.token_ids, tok.pad_id, self.chunk,
-                              self.cache_len, prefix_BxPxD)
+      prefix_BxPxD = self._model.embed_prefix(jnp.asarray(self.prefix_fields_BxPxF))
+    self._state = start_state(self._model, self.token_ids, tok.pad_id, self.chunk,
+                              self.cache_len, prefix_BxPxD, self._mesh)
 
   def _new_tokens(self, b: int, history: Sequence[Turn]) -> list[int]:
     """Row b's block to append: close an unfinished turn, the new turns, our speaker token."""
@@ -360,7 +383,7 @@ class LMParty:
     tokens_BxT, mask_BxT = _pad_rows(blocks, chunk_slots(blocks, self.chunk), tok.pad_id)
     for start in range(0, tokens_BxT.shape[1], self.chunk):
       self._make_room(self.chunk)
-      self._state = sampler.append(self.decoder, self._state,
+      self._state = sampler.append(self._model, self._state,
                                    tokens_BxT[:, start:start + self.chunk],
                                    mask_BxT[:, start:start + self.chunk])
     self._make_room(self.max_new_tokens)
@@ -370,7 +393,7 @@ class LMParty:
     key = sampler.fold_in(self._key, self._calls)
     self._calls[active_B] += 1
     self._state, tokens_BxN, logprobs_BxN, num_B = sampler.generate(
-        self.decoder, self._state, params, key, max_new_tokens=self.max_new_tokens,
+        self._model, self._state, params, key, max_new_tokens=self.max_new_tokens,
         pad_id=tok.pad_id, hook=self._batch_hook)
     tokens_BxN, logprobs_BxN, num_B = jax.device_get((tokens_BxN, logprobs_BxN, num_B))
     for b in np.flatnonzero(active_B):

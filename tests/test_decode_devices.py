@@ -77,11 +77,41 @@ _SCRIPT = textwrap.dedent("""
       raise AssertionError("6 rows over 4 devices must be refused")
     except ValueError:
       pass
+
+    # A party given the devices: its rows' cache kept split across turns, the same sampled
+    # tokens and log-probabilities as on one device; a batch they do not divide stays on one.
+    from data_pipelines import tokenization
+    from data_pipelines.dialogue import Turn
+    from ilql_dialogue.lm_party import LMParty
+
+    tok = tokenization.train_tokenizer(["hello there, how are you", "fine thanks, a flight"] * 9,
+                                       ("agent", "customer"), vocab_size=300)
+    lm = Transformer(ModelConfig.gpt2(vocab_size=-(-tok.vocab_size // 64) * 64, num_layers=1,
+                                      d_model=32, num_heads=4, max_seq_len=128),
+                     rngs=nnx.Rngs(1))
+
+    def play(devices, batch):
+      party = LMParty(lm, tok, "agent", max_new_tokens=6, temperature=1.0,
+                      include_context=False, devices=devices)
+      party.reset([{}] * batch, list(range(batch)))
+      histories = [[Turn("customer", f"hello {b}")] for b in range(batch)]
+      for _ in range(3):
+        replies = party.respond(histories)
+        histories = [h + [Turn("agent", r), Turn("customer", "fine thanks")]
+                     for h, r in zip(histories, replies)]
+      return party
+
+    for batch, placed_on in ((8, 4), (6, 1)):
+      one, split = play(None, batch), play(jax.devices(), batch)
+      assert split.token_ids == one.token_ids, batch
+      np.testing.assert_allclose(np.concatenate(split.logprobs), np.concatenate(one.logprobs),
+                                 atol=1e-5)
+      assert len(split.state.cache.valid_BxS.sharding.device_set) == placed_on, batch
     print("SPLIT_DECODE_OK")
 """)
 
 
-def test_split_rows_decode_the_same_tokens_on_four_fake_devices():
+def test_split_rows_decode_and_a_party_plays_the_same_tokens_on_four_fake_devices():
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": REPO}
   env.pop("JAX_NUM_CPU_DEVICES", None)
   result = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=REPO, env=env,

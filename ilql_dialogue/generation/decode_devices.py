@@ -60,6 +60,21 @@ def split_rows(tree: Tree, mesh: Mesh) -> Tree:
   return jax.device_put(tree, rows_sharding(mesh))
 
 
+def split_state(tree: Tree, mesh: Mesh) -> Tree:
+  """`tree` (a decoding state) with every array's leading row axis split over `mesh`'s
+  devices and every scalar (the cache's slot index) whole on each."""
+  rows, whole = rows_sharding(mesh), NamedSharding(mesh, P())
+  return jax.device_put(tree, jax.tree.map(lambda a: rows if a.ndim else whole, tree))
+
+
+def replicate_arrays(tree: Tree, mesh: Mesh) -> Tree:
+  """`tree` with each of its jax arrays whole on every device of `mesh` (e.g. a decode
+  hook's tables), other leaves unchanged."""
+  whole = NamedSharding(mesh, P())
+  return jax.tree.map(lambda a: jax.device_put(a, whole) if isinstance(a, jax.Array) else a,
+                      tree)
+
+
 def empty_cache(cfg: Any, tokens_BxT: jax.Array, max_len: int) -> KVCache:
   """`init_cache` for `tokens_BxT`'s rows, split over devices as those rows are.
 
