@@ -14,6 +14,12 @@ RUN_GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: run test test-multiprocess venv dev clean
 
+# The packages are installed without byte-compiling them (below), so Python must be free to write
+# each module's bytecode the first time a process imports it: where the environment forbids that
+# (PYTHONDONTWRITEBYTECODE), every process compiled jax, torch and transformers again, about
+# 2.5 s of CPU each, and the test suite starts dozens of processes.
+unexport PYTHONDONTWRITEBYTECODE
+
 # --no-compile: pip byte-compiles every file of every package (half of the install's time);
 # Python compiles only the modules a run imports, once.
 $(VENV)/.installed: requirements.txt pyproject.toml
