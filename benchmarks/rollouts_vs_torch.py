@@ -59,7 +59,7 @@ from data_pipelines.tokenization import DialogueTokenizer
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue.parties import ScriptedCustomer
 from ilql_dialogue import environment
-from ilql_dialogue.generation import sampler
+from ilql_dialogue.generation import cpu_devices, sampler
 from ilql_dialogue.lm_party import LMParty, forbidden_token_ids
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.hf_io import export_hf
@@ -80,6 +80,8 @@ if __name__ == "__main__":
   flags.DEFINE_bool("single_core", False, "Also measure pinned to one core (a child process).")
   flags.DEFINE_integer("torch_threads", 0, "torch threads (0: the usable cores). Under load from "
                        "other jobs, 1 avoids torch's thread barriers stalling.")
+  flags.DEFINE_string("cpu_devices", "1", "Our XLA:CPU devices: 'all' = one per usable core, "
+                      "each batch's rows split over them (LMParty(devices=...)).")
   flags.FLAGS.set_default("turns", ["10"])
   flags.FLAGS.set_default("repeats", 2)
 
@@ -269,7 +271,9 @@ def windows(loop: str) -> contextlib.AbstractContextManager:
 def make_agent(loop: str, model: Transformer, hf: torch.nn.Module, tok: DialogueTokenizer,
                max_new_tokens: int) -> Any:
   if loop in OURS:
-    return LMParty(model, tok, "agent", max_new_tokens=max_new_tokens, temperature=0.0)
+    devices = jax.devices() if jax.device_count() > 1 else None
+    return LMParty(model, tok, "agent", max_new_tokens=max_new_tokens, temperature=0.0,
+                   devices=devices)
   return TorchAgent(hf, tok, "agent", keep_cache=loop == "torch_kept",
                     max_new_tokens=max_new_tokens)
 
@@ -352,7 +356,7 @@ def run_all(batches: Sequence[int], turns: Sequence[int], max_new_tokens: int,
     hf = to_torch(model, pathlib.Path(directory))
   results = [measure(model, hf, tok, b, t, max_new_tokens, repeats)
              for b in batches for t in turns]
-  return {"cores": cores, "torch_threads": torch_threads, "device": str(jax.devices()[0]),
+  return {"cores": cores, "torch_threads": torch_threads, "device": str(jax.devices()[0]), "devices": jax.device_count(),
           "results": results}
 
 
@@ -454,6 +458,7 @@ def render(all_runs: Sequence[dict[str, Any]], command: str, load: tuple[float, 
 def main(argv: Sequence[str]) -> None:
   del argv
   f = flags.FLAGS
+  cpu_devices.use_cpu_devices(f.cpu_devices)  # Before jax's first computation.
   load = os.getloadavg()
   runs = run_all([int(b) for b in f.batches], [int(t) for t in f.turns], f.max_new_tokens,
                  f.repeats, f.torch_threads)
