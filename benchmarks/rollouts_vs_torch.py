@@ -356,8 +356,8 @@ def run_all(batches: Sequence[int], turns: Sequence[int], max_new_tokens: int,
     hf = to_torch(model, pathlib.Path(directory))
   results = [measure(model, hf, tok, b, t, max_new_tokens, repeats)
              for b in batches for t in turns]
-  return {"cores": cores, "torch_threads": torch_threads, "device": str(jax.devices()[0]), "devices": jax.device_count(),
-          "results": results}
+  return {"cores": cores, "torch_threads": torch_threads, "device": str(jax.devices()[0]),
+          "devices": jax.device_count(), "results": results}
 
 
 def single_core(argv: Sequence[str]) -> dict[str, Any]:

@@ -30,6 +30,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from data_pipelines import files
+
 DIRECTORY = "population"  # Under the workdir.
 MANIFEST = "population.json"
 DEFAULT_CAPACITY = 10
@@ -105,10 +107,7 @@ class Population:
     return members[draw(self.seed, batch_index, len(members))]
 
   def _write(self) -> None:
-    manifest = os.path.join(self.directory, MANIFEST)
-    with open(manifest + ".partial", "w") as f:
-      json.dump({"steps": self.steps}, f)
-    os.replace(manifest + ".partial", manifest)
+    files.write_json(os.path.join(self.directory, MANIFEST), {"steps": self.steps})
 
 
 def draw(seed: int, batch_index: int, num_members: int) -> int:

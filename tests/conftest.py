@@ -7,17 +7,17 @@ checkout that keeps the corpus in `../shared/data/persuasionforgood` beside the 
 that folder if it exists. The τ²-bench retail data works the same way ($TAU2_RETAIL_DATA_DIR,
 else `../shared/data/tau2_retail`).
 
-Compiling dominates the suite on CPU, so the tests compile with `compile_flags.FAST_COMPILE`
-(XLA backend optimization level 0 and the legacy elemental emitters; each set in XLA_FLAGS
-unless it is named there already, and inherited by the subprocesses tests start): at the
-tests' model sizes the slower code costs far less than the compile time they save. Many files also compile the very same programs
-(the tiny models' train steps, decoders, losses), so the session shares one persistent JAX
+Compiling dominates the suite on CPU, so the tests compile with `compile_flags.FAST_COMPILE` (XLA
+backend optimization level 0 and the legacy elemental emitters; each set in XLA_FLAGS unless it is
+named there already, and inherited by the subprocesses tests start): at the tests' model sizes the
+slower code costs far less than the compile time they save. Many files also compile the very same
+programs (the tiny models' train steps, decoders, losses), so the session shares one persistent JAX
 compilation cache, every compile cached however short: a folder made for the session (the
 pytest-xdist workers and the subprocesses tests start inherit it through the environment, as
-JAX_COMPILATION_CACHE_DIR) and removed at its end. A run that sets JAX_COMPILATION_CACHE_DIR
-itself keeps that folder (a warm cache across runs); JAX_ENABLE_COMPILATION_CACHE=false turns
-the cache off. The cache is left unbounded: a size bound makes JAX lock and rescan the folder
-at every entry, which cost more than the cache saved.
+JAX_COMPILATION_CACHE_DIR) and removed at its end. A run that sets JAX_COMPILATION_CACHE_DIR itself
+keeps that folder (a warm cache across runs); JAX_ENABLE_COMPILATION_CACHE=false turns the cache
+off. The cache is left unbounded: a size bound makes JAX lock and rescan the folder at every entry,
+which cost more than the cache saved.
 """
 
 from __future__ import annotations
