@@ -79,7 +79,7 @@ def test_format_errors_name_the_file_and_the_field(tmp_path, edit, message):
 
 def test_a_file_that_is_not_json_names_its_line(tmp_path):
   (tmp_path / "db.json").write_text('{\n"products": {,\n')
-  with pytest.raises(db_lib.DatabaseFormatError, match=r"db.json: line 2: not JSON"):
+  with pytest.raises(db_lib.DatabaseFormatError, match=r"db.json:2: not JSON"):
     db_lib.load(str(tmp_path))
 
 

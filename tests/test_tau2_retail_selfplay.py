@@ -7,8 +7,8 @@ import pytest
 
 from domains.tau2_retail import db as db_lib
 from domains.tau2_retail import snapshot as snapshot_lib
-from domains.tau2_retail import (agents, phrases, policy_audit, selfplay, tasks, tools,
-                                 turns, users)
+from domains.tau2_retail import (agents, phrases, policy_audit, reading, selfplay, tasks,
+                                 tools, turns, users)
 from test_tau2_retail_tools import BIG, BLUE, RED, SMALL, tiny_shop
 
 ADDRESS = {"address1": "9 Elm St", "address2": "", "city": "Austin", "state": "TX",
@@ -49,26 +49,36 @@ def _shop(extra_pending_shirt: bool = False) -> snapshot_lib.Snapshot:
 def test_the_wording_reads_back():
   items = [("T-Shirt", {"color": "blue", "size": "M"}), ("T-Shirt", {"color": "blue", "size": "M"}),
            ("Desk Lamp", {"brightness": "low", "power source": "USB"})]
+  held = items + [("T-Shirt", {"color": "red", "size": "M"}), ("Water Bottle", {"capacity": "1L"})]
   for kind in phrases.WISH_TOOLS:
     names = ["T-Shirt", "Water Bottle", "Desk Lamp"] if kind in phrases.ORDER_LEVEL else []
     listed = items if kind in phrases.ITEM_LEVEL else []
-    assert phrases.parse_wish(phrases.wish_text(kind, names, listed)) == (kind, names, listed)
-  assert phrases.parse_wish("Hello there.") is None
-  assert phrases.parse_identity(phrases.email_text("a.b@example.com")) == {
-      "email": "a.b@example.com"}
-  assert phrases.parse_identity(phrases.name_zip_text("Ann", "Lee", "10001")) == {
+    read_kind, said = reading.wish(phrases.wish_text(kind, names, listed))
+    assert read_kind == kind
+    if names:
+      assert reading.products(said, {n for n, _ in held} | {"Laptop"}) == names
+    if listed:
+      assert reading.items(said, held) == listed
+  assert reading.wish("Hello there.") is None
+  assert reading.identity(phrases.email_text("a.b@example.com")) == {"email": "a.b@example.com"}
+  assert reading.identity(phrases.name_zip_text("Ann", "Lee", "10001")) == {
       "first_name": "Ann", "last_name": "Lee", "zip": "10001"}
-  assert phrases.parse_address(phrases.address_text(ADDRESS)) == ADDRESS
-  assert phrases.parse_address("The new address is somewhere.") is None
+  assert reading.address(phrases.address_text(ADDRESS)) == ADDRESS
+  assert reading.address("The new address is somewhere.") is None
   for source, key in (("credit_card", "1234"), ("paypal", ""), ("gift_card", "gift_card_7")):
-    text = phrases.payment_text(phrases.describe_payment(source, key or "paypal_1", key))
-    assert phrases.parse_payment(text) == (source, key)
-  assert phrases.parse_payment(phrases.payment_text(phrases.ORIGINAL_PAYMENT)) == ("original", "")
+    text = f"Please use {phrases.describe_payment(source, key or 'paypal_1', key)}."
+    assert reading.payment(text) == phrases.parse_payment(text) == (source, key)
+  assert reading.payment(f"Please use {phrases.ORIGINAL_PAYMENT}.") == ("original", "")
+  variants = [{"capacity": c, "stovetop compatibility": s} for c in ("1 liter", "1.5 liters")
+              for s in ("electric", "gas")]
   changes = {"capacity": "1.5 liters", "stovetop compatibility": "gas"}
-  assert phrases.parse_new_options(phrases.new_options_text(changes)) == changes
-  assert phrases.parse_new_options(phrases.new_options_text({})) == {}
-  for reason, said in phrases.REASON_TEXTS.items():
-    assert phrases.parse_reason(said) == reason
+  assert reading.new_options(f"I would like {phrases.pairs_text(changes)}.", variants[0],
+                             variants) == changes
+  assert reading.new_options("I would like the same options.", variants[0], variants) == {}
+  assert reading.reason("It is no longer needed.") == "no longer needed"
+  assert reading.reason("I ordered it by mistake.") == "ordered by mistake"
+  assert reading.confirmation(phrases.YES) is True
+  assert reading.confirmation(phrases.NO) is reading.confirmation(phrases.DECLINE) is False
   assert phrases.question_kind(phrases.ASK_IDENTITY) == "identity"
   assert phrases.question_kind(phrases.new_options_question(*items[2])) == "new_options"
 

@@ -11,10 +11,10 @@ difference between the two groups.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Mapping
 
+from data_pipelines import files
 from data_pipelines.airdialogue import agent_families
 from data_pipelines.airdialogue import customer_families
 
@@ -76,12 +76,7 @@ def from_json(obj: object, where: str) -> FamilySplit:
 
 
 def load(path: str = DEFAULT_PATH) -> FamilySplit:
-  with open(path, encoding="utf-8") as f:
-    try:
-      obj = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not JSON ({e})") from None
-  return from_json(obj, path)
+  return from_json(files.read_json(path), path)
 
 
 SPLIT = load()

@@ -19,9 +19,11 @@ procedure is the policy's:
      refunded or charged, then ask what else;
   5. transfer to a human (the tool call, then the policy's message) when asked for one.
 
-One tool call a turn and never words with it. The agent's wording is phrases.py's; a customer
-turn it cannot read is asked again once, then the wish is dropped. A degraded agent is the
-oracle with one step replaced (the classes at the end say which and what follows from it).
+One tool call a turn and never words with it. The agent's wording is phrases.py's; it reads the
+customer's turns in any phrasing family (reading.py: values and key words, the items named
+matched against the account's orders), takes an identity the customer volunteers in its first
+turn, and asks again once about a turn it cannot read, then drops the wish. A degraded agent
+is the oracle with one step replaced (the classes at the end say which and what follows).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import json
 from typing import Any, Generator, Mapping, Sequence
 
 from data_pipelines.dialogue import Turn
-from domains.tau2_retail import phrases, turns
+from domains.tau2_retail import phrases, reading, turns
 
 _Script = Generator[str, str, None]  # Yields the agent's turns; is sent what came back.
 _STATUS_OK = {
@@ -112,8 +114,8 @@ class OracleAgent:
 
   def _run(self) -> _Script:
     reply = yield phrases.GREETING
-    wish = phrases.parse_wish(reply)
-    if not (yield from self._authenticate()):
+    wish = reading.wish(reply)
+    if not (yield from self._authenticate(reply)):
       return
     while True:
       if wish is None:
@@ -129,14 +131,14 @@ class OracleAgent:
         except _Dropped as e:
           outcome = str(e)
         reply = yield f"{outcome} {phrases.ANYTHING_ELSE}"
-      wish = phrases.parse_wish(reply)
+      wish = reading.wish(reply)
 
-  def _authenticate(self) -> Generator[str, str, bool]:
-    """Looks the customer up by the identity it gives, asking again while the lookup fails;
-    then reads the account. False when it gives up."""
-    reply = yield phrases.ASK_IDENTITY
+  def _authenticate(self, opening: str) -> Generator[str, str, bool]:
+    """Looks the customer up by the identity it gives (in its opening, else when asked),
+    asking again while the lookup fails; then reads the account. False when it gives up."""
+    reply = opening if reading.identity(opening) else (yield phrases.ASK_IDENTITY)
     for _ in range(_MAX_IDENTITY_TRIES):
-      identity = phrases.parse_identity(reply)
+      identity = reading.identity(reply)
       if identity is not None:
         tool = "find_user_id_by_email" if "email" in identity else "find_user_id_by_name_zip"
         user_id = yield from self._call(tool, **identity)
@@ -150,19 +152,19 @@ class OracleAgent:
 
   # One wish.
 
-  def _serve(self, kind: str, names: list[str],
-             items: list[tuple[str, dict[str, str]]]) -> Generator[str, str, str]:
+  def _serve(self, kind: str, said: str) -> Generator[str, str, str]:
+    """One wish of `kind`, stated in the sentence `said`."""
     if kind == phrases.USER_ADDRESS:
-      address = yield from self._ask(phrases.ASK_ADDRESS, phrases.parse_address)
+      address = yield from self._ask(phrases.ASK_ADDRESS, reading.address)
       yield from self._confirm(f"I will change your default address to "
                                f"{phrases.address_pairs(address)}.")
       text = yield from self._call("modify_user_address", user_id=self._user_id(),
                                    **address)
       return self._done(text, "Your default address is updated.")
-    order = yield from self._find_order(kind, names, items)
+    order, names, items = yield from self._find_order(kind, said)
     order_id = order["order_id"]
     if kind == phrases.CANCEL:
-      reason = yield from self._ask(phrases.ASK_REASON, phrases.parse_reason)
+      reason = yield from self._ask(phrases.ASK_REASON, reading.reason)
       yield from self._confirm(f"I will cancel order {order_id} with "
                                f"{phrases.join(names)} because it is {reason}.")
       text = yield from self._call("cancel_pending_order", order_id=order_id, reason=reason)
@@ -170,7 +172,7 @@ class OracleAgent:
       return self._done(text, f"Order {order_id} is cancelled; {_money(refund)} will be "
                         "refunded to the original payment method.", refund)
     if kind == phrases.ORDER_ADDRESS:
-      address = yield from self._ask(phrases.ASK_ADDRESS, phrases.parse_address)
+      address = yield from self._ask(phrases.ASK_ADDRESS, reading.address)
       yield from self._confirm(f"I will change the shipping address of order {order_id} to "
                                f"{phrases.address_pairs(address)}.")
       text = yield from self._call("modify_pending_order_address", order_id=order_id, **address)
@@ -201,8 +203,7 @@ class OracleAgent:
                         refund)
     new_ids, lines = [], []
     for item in chosen:
-      changes = yield from self._ask(phrases.new_options_question(item["name"], item["options"]),
-                                     phrases.parse_new_options)
+      changes = yield from self._new_options(item)
       product = yield from self._product(item["product_id"])
       wanted = {**item["options"], **changes}
       variant = self._variant(product, item, changes)
@@ -236,6 +237,21 @@ class OracleAgent:
 
   # Helpers of a wish.
 
+  def _new_options(self, item: dict[str, Any]) -> Generator[str, str, dict[str, str]]:
+    """The options the customer wants changed on `item`, read against its product's variants
+    (read after the first answer), asking once more when the answer names none of them."""
+    question = phrases.new_options_question(item["name"], item["options"])
+    reply = yield question
+    product = yield from self._product(item["product_id"])
+    variants = [v["options"] for v in product["variants"].values()]
+    changes = reading.new_options(reply, item["options"], variants)
+    if changes is None:
+      reply = yield f"Sorry, I did not understand. {question}"
+      changes = reading.new_options(reply, item["options"], variants)
+    if changes is None:
+      raise _Dropped("I am sorry, I could not understand your answer.")
+    return changes
+
   def _done(self, text: str, success: str, money_back: float | None = None) -> str:
     """What to tell after a write call: its success (with the running total once money moved
     twice), or the tool's refusal."""
@@ -255,7 +271,7 @@ class OracleAgent:
 
   def _confirm(self, details: str) -> Generator[str, str, None]:
     reply = yield f"{details.strip()} Do you confirm? {phrases.CONFIRM}"
-    if not reply.strip().lower().startswith("yes"):
+    if reading.confirmation(reply) is not True:
       raise _Dropped("All right, I will not make this change.")
 
   def _matches(self, kind: str, order: dict[str, Any], names: list[str],
@@ -268,20 +284,34 @@ class OracleAgent:
     asked = collections.Counter((n, _key(o)) for n, o in items)
     return all(held[k] >= count for k, count in asked.items())
 
-  def _find_order(self, kind: str, names: list[str],
-                  items: list[tuple[str, dict[str, str]]]) -> Generator[str, str, dict]:
-    matches = []
+  def _named(self, kind: str, said: str, orders: Sequence[dict[str, Any]]
+             ) -> tuple[list[str], list[tuple[str, dict[str, str]]]]:
+    """(product names, items) the wish names, read against the items of `orders`."""
+    held = [(i["name"], i["options"]) for order in orders for i in order["items"]]
+    if kind in phrases.ORDER_LEVEL:
+      return reading.products(said, {name for name, _ in held}), []
+    items = reading.items(said, held)
+    if items is None:
+      raise _Dropped("I am sorry, I could not tell which items of your orders you mean.")
+    return [], items
+
+  def _find_order(self, kind: str, said: str) -> Generator[str, str, tuple]:
+    """(order, product names, items): the one order of the account that fits the wish, else
+    the one whose id the customer gives."""
+    orders = []
     for order_id in self._user["orders"]:
       order = yield from self._order(order_id)
-      if order is not None and self._matches(kind, order, names, items):
-        matches.append(order)
+      if order is not None:
+        orders.append(order)
+    names, items = self._named(kind, said, orders)
+    matches = [order for order in orders if self._matches(kind, order, names, items)]
     if len(matches) == 1:
-      return matches[0]
+      return matches[0], names, items
     order_id = yield from self._ask(
         f"I found {'several orders' if matches else 'no order'} that could match. "
-        f"{phrases.ASK_ORDER_ID}", phrases.parse_order_id)
+        f"{phrases.ASK_ORDER_ID}", reading.order_id)
     order = (yield from self._order(order_id)) if order_id in self._user["orders"] else None
-    return self._checked(kind, order_id, order, names, items)
+    return self._checked(kind, order_id, order, names, items), names, items
 
   def _checked(self, kind: str, order_id: str, order: dict[str, Any] | None, names: list[str],
                items: list[tuple[str, dict[str, str]]]) -> dict[str, Any]:
@@ -317,7 +347,7 @@ class OracleAgent:
     return self._user["user_id"]
 
   def _payment(self, order: dict[str, Any], question: str) -> Generator[str, str, str]:
-    choice = yield from self._ask(question, phrases.parse_payment)
+    choice = yield from self._ask(question, reading.payment)
     source, key = choice
     if source == "original":
       return order["payment_history"][0]["payment_method_id"]
@@ -334,21 +364,22 @@ class NoAuthAgent(OracleAgent):
   payment method the customer names by description (only the original one, or a gift card by
   its id), nor change the default address."""
 
-  def _authenticate(self) -> Generator[str, str, bool]:
+  def _authenticate(self, opening: str) -> Generator[str, str, bool]:
+    del opening
     yield from ()
     return True
 
-  def _find_order(self, kind: str, names: list[str],
-                  items: list[tuple[str, dict[str, str]]]) -> Generator[str, str, dict]:
-    order_id = yield from self._ask(phrases.ASK_ORDER_ID, phrases.parse_order_id)
+  def _find_order(self, kind: str, said: str) -> Generator[str, str, tuple]:
+    order_id = yield from self._ask(phrases.ASK_ORDER_ID, reading.order_id)
     order = yield from self._order(order_id)
-    return self._checked(kind, order_id, order, names, items)
+    names, items = self._named(kind, said, [order]) if order is not None else ([], [])
+    return self._checked(kind, order_id, order, names, items), names, items
 
   def _user_id(self) -> str:
     raise _Dropped("I am sorry, I cannot find your account.")
 
   def _payment(self, order: dict[str, Any], question: str) -> Generator[str, str, str]:
-    source, key = yield from self._ask(question, phrases.parse_payment)
+    source, key = yield from self._ask(question, reading.payment)
     if source == "original":
       return order["payment_history"][0]["payment_method_id"]
     if source == "gift_card":

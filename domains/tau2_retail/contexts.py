@@ -1,8 +1,9 @@
 """What each role of a retail dialogue privately reads, as JSON and as the text a model reads.
 
-  customer   its profile (users.Profile: identities, wishes, what it does not know), the
-             structured parts the scripted customer plays from, and τ²'s instructions of its
-             task (`reason_for_call`, `known_info`, `unknown_info`, `task_instructions`)
+  customer   its profile (users.Profile: identities, wishes, what it does not know, its style
+             and phrasing family), the structured parts the scripted customer plays from, and
+             τ²'s instructions of its task (`reason_for_call`, `known_info`, `unknown_info`,
+             `task_instructions`)
   agent      nothing private: a short summary of policy.md's rules, the same in every row; a
              model reads it (dataset layout "policy") or nothing ("none"), learning the rules
              from the dialogues alone
@@ -70,4 +71,5 @@ def serialize_context(role: str, context: Mapping[str, Any]) -> str:
   lines += [_wish_line(k, w) for k, w in enumerate(profile.wishes, 1)]
   if profile.unknown_info:
     lines.append(f"Unknown: {profile.unknown_info}")
+  lines.append(f"Style: {profile.style}; phrasing: {profile.family}")
   return "\n".join(lines)

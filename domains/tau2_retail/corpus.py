@@ -1,11 +1,13 @@
 """A self-play corpus: generated tasks x the scripted agents of every skill, as Dialogue JSON lines.
 
 Each generated task is played by each agent of `skills` (agents.AGENTS: the oracle and the
-degraded ones) against the scripted customer, through the engine (environment.play, tool
-turns included), so one task's oracle dialogue sits beside its degraded ones and offline RL
-has good and bad behaviour to tell apart by their reward. A dialogue's `outcome` is the
-environment's reward (τ²'s db x communicate on a proper ending, else 0); its `meta` holds the
-skill, the task id and the episode's info (both reward parts, tool errors, policy breaches).
+degraded ones) against the scripted customer in its profile's style and phrasing family (drawn
+from the task's seed among the training families, generate.py), through the engine
+(environment.play, tool turns included), so one task's oracle dialogue sits beside its
+degraded ones and offline RL has good and bad behaviour to tell apart by their reward. A
+dialogue's `outcome` is the environment's reward (τ²'s db x communicate on a proper ending,
+else 0); its `meta` holds the skill, the task id and the episode's info (both reward parts,
+tool errors, policy breaches).
 
 Splits differ by generator seed (train 0, eval 1); evaluation plays other seeds (1000 reported,
 2000 for selection) or the real tasks, which no corpus uses.
@@ -47,7 +49,7 @@ def self_play(env: environment.RetailEnv, seed: int, num: int,
     played = {}
     for skill in skills:
       party = {turns.AGENT: parties.ScriptedAgent(skill),
-               turns.CUSTOMER: parties.ScriptedCustomer()}
+               turns.CUSTOMER: parties.ScriptedCustomer(parties.PROFILE)}
       played[skill] = engine.play(env, party, batch, max_turns=max_turns, seed=seed,
                                   keys=[f"{s.key}/{skill}" for s in batch])
     for b in range(len(batch)):

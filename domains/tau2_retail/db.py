@@ -19,6 +19,7 @@ import json
 import pickle
 from typing import Any, MutableMapping
 
+from data_pipelines import files
 from domains.tau2_retail import json_fields, paths
 
 ORDER_STATUSES = ("processed", "pending", "pending (item modified)", "delivered", "cancelled",
@@ -356,9 +357,4 @@ def load(data_dir: str | None = None) -> Database:
 
   Episodes should not share it: wrap it in a snapshot.Snapshot, give each episode `fresh()`."""
   path = paths.data_file(paths.DB_FILE, data_dir)
-  with open(path, encoding="utf-8") as f:
-    try:
-      obj = json.load(f)
-    except json.JSONDecodeError as e:
-      raise DatabaseFormatError(f"{path}: line {e.lineno}: not JSON: {e.msg}") from None
-  return from_json(obj, path)
+  return from_json(files.read_json(path, DatabaseFormatError), path)

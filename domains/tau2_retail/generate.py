@@ -20,6 +20,9 @@ is drawn from `default_rng([s, i])` (the first n of a seed are the same for any 
              (users.Wish.declines), so an agent that writes without a yes misses the gold
   communicate  the refund of a cancel (the order's payments) and of a return (the items'
              prices), as amounts with two decimals: what the policy has the agent tell
+  voice      the customer's style (customer_styles.STYLES) and phrasing family, among the
+             training families only (family_split.json), drawn from `default_rng([s, i, 1])`,
+             apart from the task's own draws, so a task is the same whatever its voice
 
 The customer's profile is built as users.profile builds it for a real task (each wish read off
 the database before its write); for a task without a declined intent the two are equal.
@@ -32,8 +35,9 @@ from typing import Any
 
 import numpy as np
 
+from domains.tau2_retail import customer_styles
 from domains.tau2_retail import db as db_lib
-from domains.tau2_retail import phrases, snapshot, tasks, tools, users
+from domains.tau2_retail import family_split, phrases, snapshot, tasks, tools, users
 
 SPLIT = "generated"
 KINDS = (phrases.CANCEL, phrases.MODIFY_ITEMS, phrases.ORDER_ADDRESS, phrases.ORDER_PAYMENT,
@@ -43,6 +47,7 @@ STATUS = {phrases.CANCEL: "pending", phrases.MODIFY_ITEMS: "pending",
           phrases.RETURN: "delivered", phrases.EXCHANGE: "delivered"}
 _ADDRESS_FIELDS = ("address1", "address2", "city", "state", "country", "zip")
 _MAX_DRAWS = 50
+_VOICE_STREAM = 1  # default_rng([seed, index, _VOICE_STREAM]) draws the customer's voice.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +89,7 @@ class Generator:
     for _ in range(_MAX_DRAWS):
       drawn = self._draw(rng, task_id)
       if drawn is not None:
-        return drawn
+        return dataclasses.replace(drawn, profile=_voiced(drawn.profile, seed, index))
     raise RuntimeError(f"generate: task {task_id}: no valid draw in {_MAX_DRAWS} tries")
 
   def _draw(self, rng: np.random.Generator, task_id: str) -> Generated | None:
@@ -194,6 +199,14 @@ class Generator:
                user_id: str) -> dict[str, str]:
     other = database.users[_pick(rng, [u for u in self._users if u != user_id])]
     return {field: getattr(other.address, field) for field in _ADDRESS_FIELDS}
+
+
+def _voiced(profile: users.Profile, seed: int, index: int) -> users.Profile:
+  """The profile with a style and a training family drawn for task `index` of `seed`."""
+  rng = np.random.default_rng([seed, index, _VOICE_STREAM])
+  families = family_split.SPLIT.train
+  return dataclasses.replace(profile, style=customer_styles.draw(rng),
+                             family=families[rng.integers(len(families))])
 
 
 def _refund(database: db_lib.Database, write: tasks.Action) -> float | None:

@@ -1,10 +1,12 @@
 """The wording the scripted customer (users.py) and the scripted agent (agents.py) share.
 
-Each side writes its turns from these templates and reads the other side's turns with the
-matching parsers, so the two scripts can talk without either seeing the other's private
-context: the customer knows its wishes, the agent knows only the dialogue and its tool results.
-The grammar is small on purpose (items as `the NAME (key: value, ...)`, addresses and options as
-`key: value` lists) and every parser returns None on text it does not know, never raises.
+The agent writes its turns from these templates and the customer reads them with the matching
+parsers (question_kind, parse_items), so the two scripts can talk without either seeing the
+other's private context: the customer knows its wishes, the agent knows only the dialogue and
+its tool results. The customer's original wording (the `template` phrasing family) is here too,
+as its profile shows it (wish_text, email_text, address_text, describe_payment); how customers
+of every family are read is reading.py's. Every parser returns None on text it does not know,
+never raises.
 """
 
 from __future__ import annotations
@@ -54,8 +56,6 @@ QUESTIONS = (("confirm", CONFIRM), ("identity", "verify your identity"),
              ("greeting", "How can I help you"), ("transfer", TRANSFER_MESSAGE))
 
 _ITEM = re.compile(r"the ([A-Z][A-Za-z\- ]*?) \(([^()]*)\)")
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-_ORDER_ID = re.compile(r"#W\d+")
 
 
 def question_kind(agent_text: str) -> str | None:
@@ -119,49 +119,12 @@ def wish_text(kind: str, names: Sequence[str] = (),
   }[kind]
 
 
-_WISH_MARKERS = ((CANCEL, "want to cancel my pending order with "),
-                 (ORDER_ADDRESS, "want to change the shipping address of my pending order with "),
-                 (ORDER_PAYMENT, "want to change the payment method of my pending order with "),
-                 (MODIFY_ITEMS, "want to change the options of "),
-                 (USER_ADDRESS, "want to update my default address"),
-                 (RETURN, "want to return "), (EXCHANGE, "want to exchange "),
-                 (TRANSFER, "talk to a human agent"))
-
-
-def parse_wish(text: str) -> tuple[str, list[str], list[tuple[str, dict[str, str]]]] | None:
-  """(kind, product names, items) of a customer's wish statement, or None."""
-  for kind, marker in _WISH_MARKERS:
-    at = text.find(marker)
-    if at < 0:
-      continue
-    rest = text[at + len(marker):]
-    if kind in ORDER_LEVEL:
-      names = [n.strip() for n in re.split(r", | and ", rest.rstrip(". "))]
-      if not all(n.startswith("the ") for n in names):
-        return None
-      return kind, [n[len("the "):] for n in names], []
-    if kind in ITEM_LEVEL:
-      items = parse_items(rest)
-      return (kind, [], items) if items else None
-    return kind, [], []
-  return None
-
-
 def email_text(email: str) -> str:
   return f"My email is {email}."
 
 
 def name_zip_text(first_name: str, last_name: str, zip_code: str) -> str:
   return f"My name is {first_name} {last_name} and my zip code is {zip_code}."
-
-
-def parse_identity(text: str) -> dict[str, str] | None:
-  """{"email": ...} or {"first_name", "last_name", "zip"} from a customer turn, or None."""
-  match = re.search(r"[Mm]y name is (\S+) (\S+) and my zip code is (\d{5})", text)
-  if match:
-    return {"first_name": match[1], "last_name": match[2], "zip": match[3]}
-  match = _EMAIL.search(text)
-  return {"email": match[0].rstrip(".")} if match else None
 
 
 def address_pairs(address: Mapping[str, str]) -> str:
@@ -171,22 +134,6 @@ def address_pairs(address: Mapping[str, str]) -> str:
 
 def address_text(address: Mapping[str, str]) -> str:
   return f"The new address is {address_pairs(address)}."
-
-
-def parse_address(text: str) -> dict[str, str] | None:
-  """The address fields (tools' names) of a customer's `The new address is ...`, or None."""
-  match = re.search(r"new address is (.*?)\.?$", text.strip())
-  pairs = parse_pairs(match[1]) if match else None
-  if pairs is None or any(label not in pairs for label, _ in ADDRESS_FIELDS):
-    return None
-  out = {field: pairs[label] for label, field in ADDRESS_FIELDS}
-  if out["address2"] == NO_APARTMENT:
-    out["address2"] = ""
-  return out
-
-
-def payment_text(description: str) -> str:
-  return f"Please use {description}."
 
 
 ORIGINAL_PAYMENT = "the original payment method"
@@ -202,8 +149,8 @@ def describe_payment(source: str, method_id: str, last_four: str | None = None) 
 
 
 def parse_payment(text: str) -> tuple[str, str] | None:
-  """(source, key) of a customer's payment choice: ("original", ""), ("credit_card", last
-  four), ("paypal", ""), ("gift_card", id); or None."""
+  """(source, key) of a method as a profile holds it (describe_payment, ORIGINAL_PAYMENT):
+  ("original", ""), ("credit_card", last four), ("paypal", ""), ("gift_card", id); or None."""
   if ORIGINAL_PAYMENT in text:
     return "original", ""
   match = re.search(r"credit card ending in (\d{4})", text)
@@ -215,36 +162,10 @@ def parse_payment(text: str) -> tuple[str, str] | None:
   return ("gift_card", match[1]) if match else None
 
 
-REASON_TEXTS = {"no longer needed": "It is no longer needed.",
-                "ordered by mistake": "I ordered it by mistake."}
-
-
-def parse_reason(text: str) -> str | None:
-  for reason, said in REASON_TEXTS.items():
-    if said in text:
-      return reason
-  return None
-
-
-def parse_order_id(text: str) -> str | None:
-  match = _ORDER_ID.search(text)
-  return match[0] if match else None
-
-
 def new_options_question(name: str, options: Mapping[str, str]) -> str:
   return f"Which options would you like instead for {item_text(name, options)}?"
 
 
-def new_options_text(changes: Mapping[str, str]) -> str:
-  return f"I would like {pairs_text(changes)}." if changes else "I would like the same options."
-
-
-def parse_new_options(text: str) -> dict[str, str] | None:
-  if "the same options" in text:
-    return {}
-  match = re.search(r"I would like (.*?)\.?$", text.strip())
-  return parse_pairs(match[1]) if match else None
-
-
+# The original customer's answers to a confirmation (customer_families.TEMPLATE).
 YES, NO = "Yes, please go ahead.", "No, that is not what I want."
 DECLINE = "No, I have changed my mind. Please leave it as it is."

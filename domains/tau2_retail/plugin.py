@@ -1,8 +1,9 @@
 """Registers τ²-bench retail: the task `tau2_retail` (agent and customer, tool turns), its
 environment (options `split`: train / test / base real tasks, or generated, the default, so
 online RL and selection never see a real task unless told; `data_dir`) and the scripted
-parties `tau2_agent:SKILL` and `tau2_customer:scripted`. Its dialogues are long: play them with
-max_turns 200 (environment.DEFAULT_MAX_TURNS; tool turns count)."""
+parties `tau2_agent:SKILL` and `tau2_customer:STYLE[/FAMILY]` (`tau2_customer:scripted`: the
+original customer). Its dialogues are long: play them with max_turns 200
+(environment.DEFAULT_MAX_TURNS; tool turns count)."""
 
 from __future__ import annotations
 
@@ -44,4 +45,4 @@ registry.register_party_kind(registry.PartyKind(
     usage=f"tau2_agent:SKILL ({'|'.join(agents.AGENTS)})"))
 registry.register_party_kind(registry.PartyKind(
     "tau2_customer", parties.make_customer, check=parties.check_customer,
-    usage=f"tau2_customer:{'|'.join(parties.CUSTOMER_STYLES)}"))
+    usage=f"tau2_customer:STYLE[/FAMILY] (STYLE: {'|'.join(parties.CUSTOMER_STYLES)})"))

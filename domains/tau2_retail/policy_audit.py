@@ -5,8 +5,9 @@ an evaluation count an agent's breaches beside its reward:
 
   mixed_turn         words to the customer and a tool call in one agent turn
   unauthenticated    a tool call other than the two user lookups before a lookup succeeded
-  write_without_yes  a write call without an explicit yes from the customer since the agent's
-                     last words (each write needs its own yes)
+  write_without_yes  a write call without an explicit yes from the customer (its first yes-word
+                     or no-word a yes, reading.confirmation: "Yes, go ahead.", "sure, do it")
+                     since the agent's last words (each write needs its own yes)
   transfer_message   a transfer call not followed by the policy's message
 """
 
@@ -16,7 +17,7 @@ import dataclasses
 from typing import Sequence
 
 from data_pipelines.dialogue import Turn
-from domains.tau2_retail import phrases, tools, turns
+from domains.tau2_retail import phrases, reading, tools, turns
 
 LOOKUPS = ("find_user_id_by_email", "find_user_id_by_name_zip")
 
@@ -29,7 +30,7 @@ class Breach:
 
 
 def _is_yes(text: str) -> bool:
-  return text.strip().lower().startswith("yes")
+  return reading.confirmation(text) is True
 
 
 def audit(dialogue: Sequence[Turn]) -> list[Breach]:

@@ -14,12 +14,17 @@ Its private context (`Profile`) is made from the task, never from free-text inst
                the customer names it, the cancellation reason, the new address. A gold write
                that fails changes nothing, so it is no wish.
   unknown      `unknown_info` as written: what the customer says when asked what it lacks.
+  style        how much it says (customer_styles.py), and
+  family       how it words it (customer_families.py): a real task's customer the defaults
+               (`answer_only`, `template`: the original fixed grammar), a generated task's drawn
+               from its seed (generate.py); a party may make it speak in others (parties.py).
 
-The customer answers only what it is asked (phrases.question_kind of the agent's last words),
-states its next wish when asked what else it needs, says yes to a confirmation only when the
-agent's summary names its order and items (and no to a wish that `declines`: a generated
-task's customer who changes its mind, generate.py), and ends with phrases.STOP when no wish
-is left.
+The customer answers what it is asked (phrases.question_kind of the agent's last words; a
+volunteering style states its identity and first wish in its opening), in its Voice's words
+(voice.py): it states its next wish when asked what else it needs, says yes to a confirmation
+only when the agent's summary names its order and items (and no to a wish that `declines`: a
+generated task's customer who changes its mind, generate.py), and ends with phrases.STOP when no
+wish is left.
 Wishes conditioned on the dialogue ("if the agent asks twice, ...") are already resolved in
 the gold calls, so this customer always wants their outcome.
 """
@@ -30,9 +35,12 @@ import dataclasses
 import re
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from data_pipelines.dialogue import Turn
+from domains.tau2_retail import customer_families, customer_styles
 from domains.tau2_retail import db as db_lib
-from domains.tau2_retail import phrases, snapshot, tasks, tools, turns
+from domains.tau2_retail import phrases, snapshot, tasks, tools, turns, voice
 
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _NAME = re.compile(r"(?:You are|You're|[Yy]our? name is|called)\s+([A-Z][a-z]+)\s+([A-Z][a-z]+)")
@@ -48,7 +56,12 @@ class Identity:
   last_name: str | None = None
   zip: str | None = None
 
+  def fields(self) -> dict[str, str]:
+    """The parts it has, by name (voice.Voice.identity's arguments)."""
+    return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
   def text(self) -> str:
+    """In the original wording (what a model of the customer reads in its profile)."""
     if self.email is not None:
       return phrases.email_text(self.email)
     return phrases.name_zip_text(self.first_name, self.last_name, self.zip)
@@ -75,8 +88,13 @@ class Wish:
   address: Mapping[str, str] | None = None
   declines: bool = False  # Says no when asked to confirm (generated tasks; no gold write).
 
+  @property
+  def items(self) -> list[tuple[str, Mapping[str, str]]]:
+    return [(c.name, c.options) for c in self.changes]
+
   def statement(self) -> str:
-    return phrases.wish_text(self.kind, self.names, [(c.name, c.options) for c in self.changes])
+    """In the original wording (profiles, generated tasks' reason for calling)."""
+    return phrases.wish_text(self.kind, self.names, self.items)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +103,8 @@ class Profile:
   identities: tuple[Identity, ...]
   wishes: tuple[Wish, ...]
   unknown_info: str | None = None
+  style: str = customer_styles.DEFAULT_STYLE
+  family: str = customer_families.DEFAULT_FAMILY
 
   def to_json(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -95,7 +115,8 @@ class Profile:
                            "changes": tuple(Change(**c) for c in w["changes"])})
                    for w in obj["wishes"])
     return cls(obj["task_id"], tuple(Identity(**i) for i in obj["identities"]), wishes,
-               obj.get("unknown_info"))
+               obj.get("unknown_info"), obj.get("style", customer_styles.DEFAULT_STYLE),
+               obj.get("family", customer_families.DEFAULT_FAMILY))
 
 
 def identities(known_info: str) -> tuple[Identity, ...]:
@@ -171,10 +192,14 @@ def profile(task: tasks.Task, frozen: snapshot.Snapshot) -> Profile:
 
 
 class ScriptedCustomer:
-  """Plays one dialogue as the customer of `profile`; `respond` sees the whole history."""
+  """Plays one dialogue as the customer of `profile`; `respond` sees the whole history.
 
-  def __init__(self, profile_: Profile):
+  It speaks in the profile's style and family unless given others; `rng` draws its words."""
+
+  def __init__(self, profile_: Profile, rng: np.random.Generator | None = None, *,
+               style: str | None = None, family: str | None = None):
     self.profile = profile_
+    self.voice = voice.Voice(family or profile_.family, style or profile_.style, rng)
     self._identity = 0  # The next identity to give.
     self._wish = -1  # The wish last stated.
     self._asked: dict[tuple[str, str], int] = {}  # New-options questions per item, this wish.
@@ -188,32 +213,43 @@ class ScriptedCustomer:
     self._wish += 1
     self._asked = {}
     if self.wish is None:
-      return f"No, that's all. Thank you! {phrases.STOP}"
-    return self.wish.statement()
+      return self.voice.ending("done")
+    return self.voice.wish(self.wish.kind, self.wish.names, self.wish.items,
+                           later=self._wish > 0)
+
+  def _opening(self) -> str:
+    """The first turn: the first wish, with the first identity when the style volunteers."""
+    wishes, identities = self.profile.wishes, self.profile.identities
+    if not (self.voice.style.volunteers and wishes):
+      return self._next_wish()
+    self._wish = 0
+    identity = identities[0].fields() if identities else None
+    self._identity = 1 if identities else 0
+    return self.voice.opening(identity, wishes[0].kind, wishes[0].names, wishes[0].items)
 
   def _new_options(self, agent_text: str) -> str:
     items = phrases.parse_items(agent_text)
     if not items or self.wish is None:
-      return "Sorry, which item do you mean?"
+      return self.voice.say("which_item")
     name, options = items[0]
     key = (name, phrases.pairs_text(options))
     k = self._asked.get(key, 0)
     self._asked[key] = k + 1
     matching = [c for c in self.wish.changes if c.name == name and dict(c.options) == options]
     if not matching:
-      return "I did not ask to change that item."
+      return self.voice.say("not_that_item")
     change = matching[min(k, len(matching) - 1)]
-    return phrases.new_options_text(change.new_options or {})
+    return self.voice.new_options(change.new_options or {}, change.options)
 
   def _confirm(self, agent_text: str) -> str:
     wish = self.wish
     if wish is None:
-      return phrases.NO
+      return self.voice.say("no")
     if wish.declines:
-      return phrases.DECLINE
+      return self.voice.say("decline")
     named = [wish.order_id] if wish.order_id else []
     named += [c.name for c in wish.changes]
-    return phrases.YES if all(n in agent_text for n in named) else phrases.NO
+    return self.voice.say("yes" if all(n in agent_text for n in named) else "no")
 
   def respond(self, history: Sequence[Turn]) -> str:
     said = next((turns.parse_agent_turn(t.text).speech for t in reversed(history)
@@ -222,28 +258,30 @@ class ScriptedCustomer:
     wish = self.wish
     if kind == "greeting":  # The first time: the first wish; later: the current one again.
       if self._wish < 0:
-        return self._next_wish()
-      return wish.statement() if wish else f"Nothing else, thank you. {phrases.STOP}"
+        return self._opening()
+      if wish is None:
+        return self.voice.ending("nothing_else")
+      return self.voice.wish(wish.kind, wish.names, wish.items)
     if kind in ("identity", "identity_retry"):
       if self._identity >= len(self.profile.identities):
-        return f"Sorry, I have no other details. {phrases.STOP}"
+        return self.voice.ending("no_more_details")
       self._identity += 1
-      return self.profile.identities[self._identity - 1].text()
+      return self.voice.identity(**self.profile.identities[self._identity - 1].fields())
     if kind == "anything_else":
       return self._next_wish()
     if kind == "transfer":
-      return f"Thank you. {phrases.STOP}"
+      return self.voice.ending("thanks_transfer")
     if kind == "confirm":
       return self._confirm(said)
     if kind == "new_options":
       return self._new_options(said)
     if wish is not None:
       if kind == "payment" and wish.payment:
-        return phrases.payment_text(wish.payment)
+        return self.voice.payment(wish.payment)
       if kind == "reason" and wish.reason:
-        return phrases.REASON_TEXTS[wish.reason]
+        return self.voice.reason(wish.reason)
       if kind == "address" and wish.address:
-        return phrases.address_text(wish.address)
+        return self.voice.address(wish.address)
       if kind == "order_id" and wish.order_id:
-        return f"It is {wish.order_id}."
-    return f"Sorry, I don't know. {self.profile.unknown_info or ''}".strip()
+        return self.voice.order_id(wish.order_id)
+    return self.voice.dont_know(self.profile.unknown_info)
