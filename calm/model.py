@@ -48,6 +48,7 @@ from calm import actions, state
 from data_pipelines import mdp
 from ilql_dialogue import bc
 from ilql_dialogue.algorithm import Batch, Metrics
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.heads import Head
 from ilql_dialogue.models.layers import normal, param
 from ilql_dialogue.models.lm_loss import token_cross_entropy
@@ -174,6 +175,7 @@ class CALM:
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> CALMModel:
     cfg = bc.model_config(config)
+    copy_head.refuse(cfg, "CALM")
     if not cfg.prefix_field_vocab_sizes:
       raise ValueError("CALM reads the table as a structured prefix: the task must have "
                        "context='prefix' (config.task.context)")

@@ -104,10 +104,15 @@ def simulator_side(model: CoTrainedPair) -> Side:
 
 
 def simulator_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """The run config with the simulator's model: config.model without the structured prefix."""
+  """The run config with the simulator's model: config.model without the structured prefix,
+  with the copy head of the workdir it starts from (`simulator_init_from`), if any."""
+  start = config.get("rl", {}).get("cotrain", {}).get("simulator_init_from", "")
+  start = init_from.split_step(start)[0] if start else ""
   config = copy.deepcopy(config)
   with config.unlocked():
     config.model.prefix_field_vocab_sizes, config.model.prefix_num_rows = (), 0
+    if start and os.path.isfile(os.path.join(start, "config.json")):
+      config.model.copy_dim = restore.read_config(start).model.get("copy_dim", 0)
   return config
 
 

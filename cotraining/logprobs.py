@@ -42,9 +42,9 @@ def forbidden_mask(forbidden_BxK: jax.Array, vocab: int) -> jax.Array:
       True, mode="drop")
 
 
-def _score(logits_fn, hidden_BxCxD, targets_BxC, forbidden_BxV, temperature_B):
+def _score(logits_fn, hidden_BxCxD, targets_BxC, t_C, forbidden_BxV, temperature_B):
   """(logp_BxC, entropy_BxC) under the sampler's processed distribution."""
-  logits_BxCxV = logits_fn(hidden_BxCxD).astype(jnp.float32)
+  logits_BxCxV = logits_fn(hidden_BxCxD, t_C).astype(jnp.float32)
   logits_BxCxV = jnp.where(forbidden_BxV[:, None, :], -jnp.inf, logits_BxCxV)
   logits_BxCxV = logits_BxCxV / temperature_B[:, None, None]
   logp_BxCxV = jax.nn.log_softmax(logits_BxCxV, axis=-1)
@@ -70,17 +70,22 @@ def scores(lm: nnx.Module, hidden_BxT1xD: jax.Array, batch: Batch, *,
   forbidden_BxV = forbidden_mask(batch["forbidden_ids"], vocab)
   temperature_B = batch["temperature"].astype(jnp.float32)
   max_logits_bytes = MAX_LOGITS_BYTES if max_logits_bytes is None else max_logits_bytes
+  fn, positional = bc.logits_fn(lm, hidden_BxT1xD, batch["input_ids"][:, :-1],
+                                batch["attention_mask"][:, :-1].astype(bool))
+  logits_fn = fn if positional else lambda h_BxCxD, t_C: fn(h_BxCxD)
   chunk = max(1, max_logits_bytes // (b * vocab * 4))
   if chunk >= t:
-    return _score(lm.logits, hidden_BxT1xD, targets_BxT1, forbidden_BxV, temperature_B)
+    return _score(logits_fn, hidden_BxT1xD, targets_BxT1, jnp.arange(t), forbidden_BxV,
+                  temperature_B)
   num_chunks = -(-t // chunk)
   pad = num_chunks * chunk - t
   h_NxBxCxD = jnp.swapaxes(jnp.pad(hidden_BxT1xD, ((0, 0), (0, pad), (0, 0)))
                            .reshape(b, num_chunks, chunk, d), 0, 1)
   y_NxBxC = jnp.swapaxes(jnp.pad(targets_BxT1, ((0, 0), (0, pad)))
                          .reshape(b, num_chunks, chunk), 0, 1)
-  score = jax.checkpoint(lambda xs: _score(lm.logits, xs[0], xs[1], forbidden_BxV, temperature_B))
-  logp_NxBxC, entropy_NxBxC = jax.lax.map(score, (h_NxBxCxD, y_NxBxC))
+  t_NxC = jnp.arange(num_chunks * chunk).reshape(num_chunks, chunk)
+  score = jax.checkpoint(lambda xs: _score(logits_fn, *xs, forbidden_BxV, temperature_B))
+  logp_NxBxC, entropy_NxBxC = jax.lax.map(score, (h_NxBxCxD, y_NxBxC, t_NxC))
   unchunk = lambda x_NxBxC: jnp.swapaxes(x_NxBxC, 0, 1).reshape(b, -1)[:, :t]
   return unchunk(logp_NxBxC), unchunk(entropy_NxBxC)
 

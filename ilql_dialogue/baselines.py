@@ -30,6 +30,7 @@ from flax import nnx
 
 from ilql_dialogue import bc, ilql
 from ilql_dialogue.algorithm import Batch, Metrics
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.value_heads import ILQLModel
 
 RETURN_COLUMNS = ("rewards", "outcome", "truncated")
@@ -164,6 +165,7 @@ class MCValue:
     return cls(MCConfig.from_config(config.algorithm), bc.lm_from_config)
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
+    copy_head.refuse(bc.model_config(config), "MC value")
     return ILQLModel(bc.model_config(config), lambda r: self.make_lm(config, r), rngs=rngs,
                      num_q_heads=1, head_hidden_dim=self.cfg.head_hidden_dim, target_q=False)
 

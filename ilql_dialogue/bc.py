@@ -28,6 +28,7 @@ import ml_collections
 from flax import nnx
 
 from ilql_dialogue.algorithm import Batch, Metrics
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.config import ModelConfig
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 from ilql_dialogue.models.prefix import StructuredPrefix
@@ -115,10 +116,20 @@ class BC:
     mask_BxT = batch["attention_mask"].astype(bool)
     hidden_BxTxD, _ = model(tokens_BxT, positions_from_mask(mask_BxT), mask_BxT,
                             **prefix_kwargs(model, batch))
-    ce_BxT, correct_BxT = token_cross_entropy(model.logits, hidden_BxTxD[:, :-1],
-                                              tokens_BxT[:, 1:])
+    ce_BxT, correct_BxT = token_cross_entropy(
+        model.logits, hidden_BxTxD[:, :-1], tokens_BxT[:, 1:],
+        score_fn=copy_head.sequence_score_fn(model, hidden_BxTxD, tokens_BxT, mask_BxT))
     weights_BxT = batch["action_mask"][:, 1:].astype(bool) & mask_BxT[:, 1:]
     return weighted_metrics(ce_BxT, correct_BxT, weights_BxT)
+
+
+def logits_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: jax.Array,
+              mask_BxT: jax.Array) -> tuple[Callable[..., jax.Array], bool]:
+  """(fn, positional) for `token_cross_entropy`: the model's `logits`, or with a copy head
+  the mixture over the sequence's earlier tokens (a positional fn)."""
+  if copy_head.of(model) is None:
+    return model.logits, False
+  return copy_head.sequence_logits_fn(model, hidden_BxTxD, tokens_BxT, mask_BxT), True
 
 
 def prefix_kwargs(model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:

@@ -46,6 +46,7 @@ from flax import nnx
 from data_pipelines import mdp
 from ilql_dialogue import bc
 from ilql_dialogue.algorithm import Batch, Metrics
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.bc import positions_from_mask
 from ilql_dialogue.value_heads import ILQLModel
 
@@ -323,6 +324,7 @@ class ILQL:
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> ILQLModel:
     c = self.cfg
     cfg = bc.model_config(config)
+    copy_head.refuse(cfg, "ILQL")
     return ILQLModel(cfg, lambda r: self.make_lm(config, r), rngs=rngs,
                      num_q_heads=c.num_q_heads,
                      head_hidden_dim=head_width(c.head_hidden_dim, cfg.d_model),

@@ -21,8 +21,9 @@ mismatch names the parameter:
   * a Hugging Face or GGUF source decides the architecture
     (`adopt_architecture`); its embedding may grow, because the dialogue
     tokens are appended to its tokenizer: the new rows keep their fresh init;
-  * a structured prefix (models/prefix.py) the source lacks stays fresh; one
-    the target does not use (the customer reads its intent as text) is unused.
+  * a structured prefix (models/prefix.py) or a copy head (models/copy_head.py) the
+    source lacks stays fresh; a prefix the target does not use (the customer reads its
+    intent as text) is unused.
 Both of the last are logged.
 
 `config.model.borrow` starts a fresh trunk in our own vocabulary from a
@@ -294,7 +295,7 @@ def load_into(model: nnx.Module, spec: str) -> dict[str, Any]:
     for name, current in flat.items():
       key = f"trunk.{name}" if is_trunk else name
       if key not in weights:
-        if key.startswith("prefix."):
+        if key.startswith(("prefix.", "trunk.copy_head.")):  # Parts a plain LM lacks.
           report["fresh"].append(f"{path}/{name}")
           updated[name] = current
           continue

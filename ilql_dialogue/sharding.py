@@ -43,6 +43,7 @@ LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = (
     ("layers", None),
     ("norm", None),
     ("prefix_rows", None),
+    ("copy", None),  # A copy head's query/key width (small; its rows are on fsdp).
     # A value head's hidden width, as "mlp": [embed, head_hidden] is then on (fsdp, tensor).
     ("head_hidden", "tensor"),
     # The input side of a head's output kernel [head_in, vocab or outcomes]: on fsdp, because

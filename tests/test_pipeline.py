@@ -94,7 +94,8 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
     assert json.load(f)["agent"] == "calm:n=1:" + os.path.join(workdir, "calm_agent")
   assert selected["ilql_agent"]["eval"]["best_beta"] in (0.0, 1.0, 4.0, 16.0)
   pairs = [(r["agent"], r["customer"]) for r in report["evaluation"]]
-  assert pairs == [tuple(p) for p in config.evaluation.pairs]
+  assert pairs == [tuple(p) for p in (*config.evaluation.pairs,
+                                      *config.evaluation.greedy_customer_pairs)]
   for r in report["evaluation"]:
     assert r["n"] == 2 and 0 <= r["success_rate"] <= 1
     assert sum(r["end_reasons"].values()) == 2
@@ -110,6 +111,13 @@ def test_pipeline_runs_every_stage_and_resumes(tmp_path, monkeypatch):
     summary = json.load(f)
   assert summary["lm_options"]["temperature"] == 0.0
   assert summary["customer_lm_options"]["temperature"] == 0.5
+  # ... and decodes greedily in the greedy pairs; the learned customer has its copy head.
+  with open(os.path.join(workdir, "eval", "eval_scripted_agent:oracle_vs_bc_customer_cT0.json")
+            ) as f:
+    assert json.load(f)["customer_lm_options"]["temperature"] == 0.0
+  assert report["evaluation"][-1]["customer_label"].endswith("(T = 0)")
+  with open(os.path.join(workdir, "bc_customer", "config.json")) as f:
+    assert json.load(f)["model"]["copy_dim"] > 0
 
   assert report["evaluation"][-1]["customer_fidelity"]["customer_action_blocks"] >= 0
 
@@ -278,4 +286,4 @@ def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path
   save_checkpoint(2)  # Retrained: the same step, another checkpoint.
   again = pair()
   assert len(played) == 2 and again["success_rate"] == 0.2
-  assert again["customer"] == "bc_customer" and again["customer_label"] == "bc_customer"
+  assert again["customer"] == "bc_customer" and again["customer_label"] == "bc_customer (T = 1)"

@@ -101,8 +101,8 @@ def run_config(config: ml_collections.ConfigDict, name: str,
                    checkpoint_every=spec.eval_every)
   if spec.init_from:
     run.model.init_from = os.path.join(workdir, spec.init_from)
-  if any(run_name(party) == name and party != name
-         for pair in config.evaluation.pairs for party in pair):
+  if any(run_name(party) == name and party != name for pair in evaluation_pairs(config)
+         for party in pair):
     run.train.keep_checkpoints = spec.steps // spec.eval_every + 1  # A pair plays NAME@STEP.
   if run.get("online_eval") is not None and run.online_eval.num_dialogues > 0:
     run.online_eval.num_dialogues = config.training.online_dialogues
@@ -202,9 +202,10 @@ def validate(config: ml_collections.ConfigDict, workdir: str,
                          ) from None
     config_checks.check_train_fields(training, where)
     roles[name] = training.task.role
-  for agent, customer in config.evaluation.pairs:
-    _check_party(config, roles, agent, "agent", "config.evaluation.pairs")
-    _check_party(config, roles, customer, "customer", "config.evaluation.pairs")
+  for field in ("pairs", "greedy_customer_pairs"):
+    for agent, customer in config.evaluation.get(field, ()):
+      _check_party(config, roles, agent, "agent", f"config.evaluation.{field}")
+      _check_party(config, roles, customer, "customer", f"config.evaluation.{field}")
   collapse = config.collapse
   for arm in collapse.arms:
     if arm not in roles:
@@ -277,6 +278,12 @@ def _party(spec: str, config: ml_collections.ConfigDict, workdir: str) -> str:
       "action") == "head" else path
 
 
+def evaluation_pairs(config: ml_collections.ConfigDict) -> tuple[tuple[str, str], ...]:
+  """Every (agent, customer) pair the evaluation stage plays."""
+  return (tuple(config.evaluation.pairs)
+          + tuple(config.evaluation.get("greedy_customer_pairs", ())))
+
+
 def run_name(spec: str) -> str:
   """'bc_customer@4000' -> 'bc_customer': the run a pair's spec names, if it names one."""
   return init_from.split_step(spec)[0]
@@ -340,15 +347,21 @@ def _recorded_checkpoints(summary_path: str) -> dict[str, Any] | None:
 
 
 def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, customer: str,
-                  num_dialogues: int) -> dict[str, Any]:
+                  num_dialogues: int, customer_temperature: float | None = None
+                  ) -> dict[str, Any]:
   """Plays one (agent, customer) pair on held-out scenarios (once: its summary is kept); an
   ILQL agent decodes at the beta its checkpoint was selected with (compare.py's rule). The
-  summary is kept with the checkpoints it played, and played again when one changed."""
+  summary is kept with the checkpoints it played, and played again when one changed.
+  A learned customer samples at `customer_temperature` (None: config.evaluation's)."""
   out_dir = os.path.join(workdir, "eval")
   beta = compare.selected_beta(_party(agent, config, workdir))
   tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
   if num_dialogues != config.evaluation.num_dialogues:
     tag += f"_n{num_dialogues}"
+  if customer_temperature is None:
+    customer_temperature = config.evaluation.customer_temperature
+  else:
+    tag += f"_cT{customer_temperature:g}"
   summary_path = os.path.join(out_dir, f"eval_{tag}.json")
   checkpoints = {"agent": _checkpoint_of(agent, config, workdir),
                  "customer": _checkpoint_of(customer, config, workdir)}
@@ -362,13 +375,14 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
         lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
                     "temperature": config.evaluation.agent_temperature},
         customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
-                             "temperature": config.evaluation.customer_temperature})
+                             "temperature": customer_temperature})
     files.write_json(summary_path, {**summary, "checkpoints": checkpoints}, indent=2)
   with open(summary_path) as f:
     summary = json.load(f)
   row = {"agent": agent, "customer": customer, "beta": beta,
          "agent_label": party_label(config, agent),
-         "customer_label": party_label(config, customer),
+         "customer_label": party_label(config, customer) + (
+             f" (T = {customer_temperature:g})" if run_name(customer) in config.runs else ""),
          **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
                                     "end_reasons")},
          **{k: summary.get(k) for k in ("booking_success", "booking_n", "mean_agent_turns",
@@ -383,8 +397,12 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
 
 
 def evaluate_pairs(config: ml_collections.ConfigDict, workdir: str) -> list[dict[str, Any]]:
-  return [evaluate_pair(config, workdir, agent, customer, config.evaluation.num_dialogues)
-          for agent, customer in config.evaluation.pairs]
+  """`pairs`, then `greedy_customer_pairs` with the learned customer decoding greedily."""
+  n = config.evaluation.num_dialogues
+  return ([evaluate_pair(config, workdir, agent, customer, n)
+           for agent, customer in config.evaluation.pairs]
+          + [evaluate_pair(config, workdir, agent, customer, n, customer_temperature=0.0)
+             for agent, customer in config.evaluation.get("greedy_customer_pairs", ())])
 
 
 def compare_arms(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:

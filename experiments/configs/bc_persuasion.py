@@ -31,7 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
       family="gpt2", vocab_size=0, num_layers=12, d_model=768, num_heads=12, num_kv_heads=12,
       head_dim=64, mlp_dim=3072, max_seq_len=1024, qkv_bias=True, attn_out_bias=True,
       mlp_bias=True, tie_embeddings=True, dtype="bfloat16", param_dtype="float32",
-      prefix_field_vocab_sizes=(), prefix_num_rows=0, init_from=""))
+      prefix_field_vocab_sizes=(), prefix_num_rows=0, copy_dim=0, init_from=""))
   c.data = ml_collections.ConfigDict(dict(
       eval_batches=8, bucket_boundaries=(),
       train_part="",  # "K/N": only the K-th of N disjoint parts of the training dialogues.

@@ -47,7 +47,7 @@ def quick_config(role: str, context: str, opponent: str) -> ml_collections.Confi
   c.task = task_section(role, context)
   c.model = ml_collections.ConfigDict(dict(
       vocab_size=0, param_dtype="float32", prefix_field_vocab_sizes=(), prefix_num_rows=0,
-      init_from=""))
+      copy_dim=0, init_from=""))
   bc_airdialogue_quick.tiny_model(c, max_seq_len=MAX_LENGTH)
   c.data = ml_collections.ConfigDict(dict(eval_batches=4, bucket_boundaries=(1024, 1536, 2048)))
   c.offline_eval = ml_collections.ConfigDict(dict(

@@ -117,6 +117,9 @@ def get_config() -> ml_collections.ConfigDict:
                   for agent in ("bc_agent", "ilql_agent", "calm_agent"))
       + tuple(("scripted_agent:oracle", customer) for customer in PEOPLE)
       + (("bc_agent", "bc_customer"), ("scripted_agent:oracle", "bc_customer")),
+      # The same with the learned customer decoding greedily: how well it states its intent
+      # when it does not sample.
+      greedy_customer_pairs=(("scripted_agent:oracle", "bc_customer"),),
   ))
   # The simulator-collapse comparison, short (docs/RESULTS.md has it at 100 updates x 3 seeds):
   # the BC agent and each arm against the training simulator and the held-out customers, on

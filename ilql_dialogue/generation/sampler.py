@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ilql_dialogue.generation import decode_devices, logits_processors as lp
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.kv_cache import KVCache
 from ilql_dialogue.models.transformer import hoisted_layers
 
@@ -304,7 +305,7 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
 
   def body(loop: _Loop) -> _Loop:
     st = loop.state
-    logits_BxV = model.logits(st.last_hidden_BxD[:, None, :])[:, 0].astype(jnp.float32)
+    logits_BxV = copy_head.next_token_logits(model, st.last_hidden_BxD, st.cache)
     if hook is not None:
       logits_BxV = hook(logits_BxV, lp.StepState(
           hidden_BxD=st.last_hidden_BxD, tokens_BxN=loop.tokens_BxN, step=loop.step,

@@ -68,6 +68,7 @@ class ModelConfig:
   attention_impl: str = "auto"
   attention_block: int = 128
   unroll_layers: bool = True
+  copy_dim: int = 0  # A pointer head's width (models/copy_head.py); 0: none.
 
   def __post_init__(self):
     problems = []
@@ -95,6 +96,8 @@ class ModelConfig:
       problems.append(f"attention_block={self.attention_block} must be positive")
     if any(v <= 0 for v in self.prefix_field_vocab_sizes):
       problems.append(f"prefix_field_vocab_sizes={self.prefix_field_vocab_sizes} must be positive")
+    if self.copy_dim < 0:
+      problems.append(f"copy_dim={self.copy_dim} must be >= 0")
     if self.prefix_num_rows < 0:
       problems.append(f"prefix_num_rows={self.prefix_num_rows} must be >= 0")
     if problems:

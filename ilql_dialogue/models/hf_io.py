@@ -73,6 +73,9 @@ def load_hf(path: str | pathlib.Path, **config_overrides: Any) -> tuple[ModelCon
 def export_hf(model: Transformer, cfg: ModelConfig, path: str | pathlib.Path,
               tokenizer_dir: str | pathlib.Path | None = None) -> None:
   """Writes config.json + model.safetensors that transformers' AutoModelForCausalLM loads."""
+  if cfg.copy_dim:
+    raise ValueError(f"export_hf: a model with a copy head (copy_dim={cfg.copy_dim}) has no "
+                     "Hugging Face equivalent; its next-token distribution reads the context")
   path = pathlib.Path(path)
   path.mkdir(parents=True, exist_ok=True)
   ours = {name: np.asarray(jax.device_get(value)) for name, value in traversals.flatten_mapping(

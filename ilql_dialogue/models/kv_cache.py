@@ -43,6 +43,10 @@ class KVCache:
   v_BxKxSxH: tuple[jax.Array, ...]
   valid_BxS: jax.Array
   index: jax.Array
+  # A copy head's entries (models/copy_head.py), None without one: each slot's copy key and
+  # its token id (-1: padding, a prefix row or an empty slot).
+  copyk_BxSxC: jax.Array | None = None
+  ids_BxS: jax.Array | None = None
 
   @property
   def max_len(self) -> int:
@@ -64,16 +68,21 @@ class KVCache:
     empty, so every softmax is the same, and each query reads `length` slots
     instead of S.
     """
+    first = lambda x: None if x is None else x[:, :length]
     return self.replace(k_BxKxSxH=tuple(k[:, :, :length] for k in self.k_BxKxSxH),
                         v_BxKxSxH=tuple(v[:, :, :length] for v in self.v_BxKxSxH),
-                        valid_BxS=self.valid_BxS[:, :length])
+                        valid_BxS=self.valid_BxS[:, :length],
+                        copyk_BxSxC=first(self.copyk_BxSxC), ids_BxS=first(self.ids_BxS))
 
   def write_window(self, window: KVCache) -> KVCache:
     """This cache with `window` (from `window()`, then advanced) written over its first slots."""
-    put = lambda full, part: jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)
+    put = lambda full, part: (None if full is None else
+                              jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim))
     return KVCache(k_BxKxSxH=tuple(map(put, self.k_BxKxSxH, window.k_BxKxSxH)),
                    v_BxKxSxH=tuple(map(put, self.v_BxKxSxH, window.v_BxKxSxH)),
-                   valid_BxS=put(self.valid_BxS, window.valid_BxS), index=window.index)
+                   valid_BxS=put(self.valid_BxS, window.valid_BxS), index=window.index,
+                   copyk_BxSxC=put(self.copyk_BxSxC, window.copyk_BxSxC),
+                   ids_BxS=put(self.ids_BxS, window.ids_BxS))
 
   def split_layers(self, counts: Sequence[int]) -> list[KVCache]:
     """Consecutive groups of `counts` layers as caches sharing slots (one per stacked trunk)."""
@@ -104,4 +113,7 @@ def init_cache(cfg: ModelConfig, batch_size: int, max_len: int,
       v_BxKxSxH=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
       valid_BxS=jnp.zeros((batch_size, max_len), jnp.bool_),
       index=jnp.zeros((), jnp.int32),
+      copyk_BxSxC=(jnp.zeros((batch_size, max_len, cfg.copy_dim), jnp.float32)
+                   if cfg.copy_dim else None),
+      ids_BxS=jnp.full((batch_size, max_len), -1, jnp.int32) if cfg.copy_dim else None,
   )

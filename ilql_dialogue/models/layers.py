@@ -20,7 +20,7 @@ from flax import nnx
 from ilql_dialogue.models.config import ModelConfig
 
 LOGICAL_AXES = ("vocab", "embed", "mlp", "heads", "kv_heads", "head_dim", "layers", "norm",
-                "prefix_rows", "head_hidden", "head_in")
+                "prefix_rows", "head_hidden", "head_in", "copy")
 
 Initializer = Callable[[jax.Array, tuple[int, ...], jnp.dtype], jax.Array]
 

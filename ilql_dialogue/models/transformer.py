@@ -6,6 +6,11 @@ Contract (shared with generation and training):
       -> (hidden_BxTxD, new_cache)
   model.logits(hidden_BxNxD) -> logits_BxNxV
 
+With `cfg.copy_dim` the trunk has a pointer head (models/copy_head.py): the next token's
+distribution then also depends on the context, so callers take it from
+`copy_head.sequence_logits_fn` (training, scoring) or `copy_head.next_token_logits` (decoding
+from a cache, whose copy entries this trunk writes), not from `logits` alone.
+
 Documented details of that contract:
   * `hidden` is after the final norm and covers the T tokens only (prefix
     rows are dropped), so heads and `logits` apply to it directly.
@@ -49,6 +54,7 @@ from flax import nnx
 from ilql_dialogue.models import attention_kernels
 from ilql_dialogue.models.attention import Attention, rope_cos_sin
 from ilql_dialogue.models.config import ModelConfig
+from ilql_dialogue.models.copy_head import CopyHead
 from ilql_dialogue.models.kv_cache import KVCache
 from ilql_dialogue.models.layers import dense, make_mlp, make_norm, normal, param
 
@@ -99,6 +105,7 @@ class Transformer(nnx.Module):
     self.lm_head = (None if cfg.tie_embeddings else
                     param(rngs, normal(cfg.init_std), (cfg.d_model, cfg.vocab_size),
                           ("embed", "vocab"), pd))
+    self.copy_head = CopyHead(cfg, rngs=rngs) if cfg.copy_dim else None
 
   def __call__(self, tokens_BxT: jax.Array, positions_BxT: jax.Array,
                token_mask_BxT: jax.Array, *, cache: KVCache | None = None,
@@ -122,9 +129,14 @@ class Transformer(nnx.Module):
             if cfg.family == "llama" else None)
     if cache is None:
       x_BxTxD = self._layers(x_BxTxD, rope, valid_BxT, num_prefix)
-    else:
-      x_BxTxD, cache = self._cached_layers(x_BxTxD, rope, valid_BxT, num_prefix, cache)
-    return self.final_norm(x_BxTxD[:, num_prefix:]), cache
+      return self.final_norm(x_BxTxD[:, num_prefix:]), None
+    start = cache.index + num_prefix
+    x_BxTxD, cache = self._cached_layers(x_BxTxD, rope, valid_BxT, num_prefix, cache)
+    hidden_BxTxD = self.final_norm(x_BxTxD[:, num_prefix:])
+    if self.copy_head is not None:
+      cache = _write_copy_entries(cache, start, self.copy_head.keys(hidden_BxTxD),
+                                  jnp.where(token_mask_BxT.astype(jnp.bool_), tokens_BxT, -1))
+    return hidden_BxTxD, cache
 
   def _layers(self, x_BxTxD: jax.Array, rope: tuple[jax.Array, jax.Array] | None,
               valid_BxT: jax.Array, num_prefix: int) -> jax.Array:
@@ -178,8 +190,8 @@ class Transformer(nnx.Module):
       x_BxTxD, (k_BxKxSxH, v_BxKxSxH) = blocks[layer](x_BxTxD, rope, attend)
       new_k.append(k_BxKxSxH)
       new_v.append(v_BxKxSxH)
-    return x_BxTxD, KVCache(k_BxKxSxH=tuple(new_k), v_BxKxSxH=tuple(new_v),
-                            valid_BxS=valid_BxS, index=index + num_slots)
+    return x_BxTxD, cache.replace(k_BxKxSxH=tuple(new_k), v_BxKxSxH=tuple(new_v),
+                                  valid_BxS=valid_BxS, index=index + num_slots)
 
   def layer_blocks(self) -> list[Block]:
     """One Block per layer, its parameters sliced out of the stacked [L, ...] tree."""
@@ -229,6 +241,19 @@ def _lookup(table_NxD: jax.Array, ids_BxT: jax.Array, what: str) -> jax.Array:
       raise ValueError(f"{what} {int(ids_BxT[b, t])} at [{b}, {t}] is outside [0, {num_rows})")
   ids_BxT = jnp.where(ids_BxT < 0, num_rows, ids_BxT)
   return jnp.take(table_NxD, ids_BxT, axis=0, mode="fill", fill_value=jnp.nan)
+
+
+def _write_copy_entries(cache: KVCache, start: jax.Array, keys_BxTxC: jax.Array,
+                        ids_BxT: jax.Array) -> KVCache:
+  """The block's copy keys and token ids into the cache's slots [start, start + T)."""
+  if cache.ids_BxS is None:
+    raise ValueError("the model has a copy head but its KV cache has no copy entries; "
+                     "make the cache with init_cache of the model's config")
+  return cache.replace(
+      copyk_BxSxC=jax.lax.dynamic_update_slice(
+          cache.copyk_BxSxC, keys_BxTxC.astype(cache.copyk_BxSxC.dtype), (0, start, 0)),
+      ids_BxS=jax.lax.dynamic_update_slice(cache.ids_BxS, ids_BxT.astype(jnp.int32),
+                                           (0, start)))
 
 
 def _check_room(cache: KVCache, num_slots: int) -> None:
