@@ -31,6 +31,7 @@ from flax import nnx
 
 from ilql_dialogue import bc
 from ilql_dialogue.algorithm import Batch
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.lm_loss import MAX_LOGITS_BYTES
 
 
@@ -70,8 +71,9 @@ def scores(lm: nnx.Module, hidden_BxT1xD: jax.Array, batch: Batch, *,
   forbidden_BxV = forbidden_mask(batch["forbidden_ids"], vocab)
   temperature_B = batch["temperature"].astype(jnp.float32)
   max_logits_bytes = MAX_LOGITS_BYTES if max_logits_bytes is None else max_logits_bytes
-  fn, positional = bc.logits_fn(lm, hidden_BxT1xD, batch["input_ids"][:, :-1],
-                                batch["attention_mask"][:, :-1].astype(bool))
+  source_BxT1 = copy_head.source_mask(batch["attention_mask"][:, :-1],
+                                      batch["action_mask"][:, :-1])
+  fn, positional = bc.logits_fn(lm, hidden_BxT1xD, batch["input_ids"][:, :-1], source_BxT1)
   logits_fn = fn if positional else lambda h_BxCxD, t_C: fn(h_BxCxD)
   chunk = max(1, max_logits_bytes // (b * vocab * 4))
   if chunk >= t:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from data_pipelines.dialogue import Turn
 from ilql_dialogue.lm_party import LMParty, start_state
+from ilql_dialogue.models import copy_head
 
 
 class RePrefill:
@@ -35,4 +36,8 @@ class RePrefill:
       prefix_BxPxD = party.decoder.embed_prefix(jnp.asarray(party.prefix_fields_BxPxF))
     party._state = start_state(party.decoder, party.token_ids, party.tokenizer.pad_id,
                                           party.chunk, party.cache_len, prefix_BxPxD)
+    if party._state.cache.ids_BxS is not None:  # Its sampled words are no copy source.
+      first = 0 if prefix_BxPxD is None else prefix_BxPxD.shape[1]
+      party._state = party._state.replace(
+          cache=copy_head.forget_own(party._state.cache, first, party.sampled))
     return party.respond(histories)

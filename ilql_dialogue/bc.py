@@ -118,18 +118,20 @@ class BC:
                             **prefix_kwargs(model, batch))
     ce_BxT, correct_BxT = token_cross_entropy(
         model.logits, hidden_BxTxD[:, :-1], tokens_BxT[:, 1:],
-        score_fn=copy_head.sequence_score_fn(model, hidden_BxTxD, tokens_BxT, mask_BxT))
+        score_fn=copy_head.sequence_score_fn(model, hidden_BxTxD, tokens_BxT,
+                                             copy_head.source_mask(mask_BxT,
+                                                                   batch["action_mask"])))
     weights_BxT = batch["action_mask"][:, 1:].astype(bool) & mask_BxT[:, 1:]
     return weighted_metrics(ce_BxT, correct_BxT, weights_BxT)
 
 
 def logits_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: jax.Array,
-              mask_BxT: jax.Array) -> tuple[Callable[..., jax.Array], bool]:
-  """(fn, positional) for `token_cross_entropy`: the model's `logits`, or with a copy head
-  the mixture over the sequence's earlier tokens (a positional fn)."""
+              source_BxT: jax.Array) -> tuple[Callable[..., jax.Array], bool]:
+  """(fn, positional): the model's `logits`, or with a copy head the mixture over the
+  sequence's earlier source tokens (`copy_head.source_mask`; a positional fn)."""
   if copy_head.of(model) is None:
     return model.logits, False
-  return copy_head.sequence_logits_fn(model, hidden_BxTxD, tokens_BxT, mask_BxT), True
+  return copy_head.sequence_logits_fn(model, hidden_BxTxD, tokens_BxT, source_BxT), True
 
 
 def prefix_kwargs(model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:

@@ -29,6 +29,7 @@ from ilql_dialogue import registry
 from ilql_dialogue.generation import decode_devices
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.kv_cache import init_cache
 from ilql_dialogue.party import check_rows
 
@@ -307,11 +308,13 @@ class LMParty:
     if len(histories) != len(self.token_ids):
       raise ValueError(f"LMParty.load_histories: {len(histories)} histories for "
                        f"{len(self.token_ids)} rows (reset)")
+    own_rows = [[False] * len(ids) for ids in self.token_ids]  # Its own words: no copy source.
     for b, history in enumerate(histories):
       own = [k for k, turn in enumerate(history) if turn.speaker == self.role]
       loaded = history[:own[-1] + 1] if own else []
       for turn, text_ids in self._read(loaded):
         ids = [tok.speaker_token_ids[turn.speaker], *text_ids, tok.eot_id]
+        own_rows[b] += [False] + [turn.speaker == self.role] * (len(ids) - 1)
         self.token_ids[b] += ids
         self.sampled[b] += [False] * len(ids)
         self.logprobs[b] += [0.0] * len(ids)
@@ -325,6 +328,10 @@ class LMParty:
       prefix_BxPxD = self._model.embed_prefix(jnp.asarray(self.prefix_fields_BxPxF))
     self._state = start_state(self._model, self.token_ids, tok.pad_id, self.chunk,
                               self.cache_len, prefix_BxPxD, self._mesh)
+    if self._state.cache.ids_BxS is not None:
+      first = 0 if prefix_BxPxD is None else prefix_BxPxD.shape[1]
+      self._state = self._state.replace(
+          cache=copy_head.forget_own(self._state.cache, first, own_rows))
 
   def _new_tokens(self, b: int, history: Sequence[Turn]) -> list[int]:
     """Row b's block to append: close an unfinished turn, the new turns, our speaker token."""

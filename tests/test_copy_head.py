@@ -11,7 +11,7 @@ from flax import nnx
 
 import cotraining_toy as toy
 from cotraining import cotrain, logprobs, reprefill, rollouts
-from ilql_dialogue import bc, environment, ilql
+from ilql_dialogue import bc, environment, ilql, party
 from ilql_dialogue.generation import sampler
 from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.config import ModelConfig
@@ -104,7 +104,8 @@ def copy_accuracy_after_training(copy_dim, steps=120):
   def accuracy(model, tokens_BxT):
     mask_BxT = jnp.ones(tokens_BxT.shape, bool)
     hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT)
-    fn, positional = bc.logits_fn(model, hidden_BxTxD, tokens_BxT, mask_BxT)
+    source_BxT = copy_head.source_mask(mask_BxT, batch(tokens_BxT)["action_mask"])
+    fn, positional = bc.logits_fn(model, hidden_BxTxD, tokens_BxT, source_BxT)
     t_T1 = jnp.arange(tokens_BxT.shape[1] - 1)
     logits_BxT1xV = fn(hidden_BxTxD[:, :-1], t_T1) if positional else fn(hidden_BxTxD[:, :-1])
     correct_BxT1 = jnp.argmax(logits_BxT1xV, -1) == tokens_BxT[:, 1:]
@@ -166,3 +167,23 @@ def test_a_cotrained_simulator_keeps_the_copy_head_of_the_customer_it_starts_fro
   assert cotrain.simulator_config(c).model.copy_dim == 24
   c.rl.cotrain.simulator_init_from = ""
   assert cotrain.simulator_config(c).model.copy_dim == 0
+
+
+def test_a_resumed_copy_party_reads_its_own_words_as_no_copy_source():
+  """A party resumed from a played history (its own turns loaded) samples what it sampled in
+  play, where its own words were never copy sources."""
+  model = toy.make_model(copy_config())
+  model.copy_head.query[...] = model.copy_head.query[...] * 30  # Copying matters.
+  make = lambda: toy.bot(model, max_new_tokens=1, temperature=1.0, only_words=True)
+  env = toy.ToyEnv(one_shot=False)
+  episodes = environment.play(env, {"user": toy.Talker(), "bot": make()}, env.sample(5, 3),
+                              max_turns=10, seed=3)
+  points = [(e, t) for e in episodes for t, turn in enumerate(e.turns) if turn.speaker == "bot"]
+  fresh = make()
+  histories = [list(e.turns[:t]) for e, t in points]
+  party.resume(fresh, [env.context(e.scenario, "bot") for e, _ in points],
+               environment.row_seeds(3, [e.key for e, _ in points], env.seed_streams["bot"]),
+               histories)
+  recorded = [e.turns[t].text for e, t in points]
+  assert len(set(recorded)) > 1
+  assert fresh.respond(histories) == recorded

@@ -322,6 +322,9 @@ def _generate(model, state, params, rng, pad_id, hook, *, max_new_tokens, attend
     # step's hidden state and a later `append` both see it.
     next_state = _absorb_block(model, st.cache, st.last_hidden_BxD, st.lengths_B,
                                tokens_B[:, None], active_B[:, None])
+    if next_state.cache.ids_BxS is not None:  # What the model writes is no copy source.
+      next_state = next_state.replace(cache=copy_head.forget_slot(next_state.cache,
+                                                                  st.cache.index))
     return _Loop(
         step=loop.step + 1,
         state=next_state,

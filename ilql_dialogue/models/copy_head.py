@@ -14,8 +14,9 @@ One softmax over the vocabulary logits and the copy scores, with no gate:
 The mixture's log-probabilities take the place of the logits everywhere (they are
 normalized, so a softmax of them is themselves): the loss, the sampler's temperature and
 filters, and the log-probs online RL needs. Entry j exists when slot j and a later slot hold
-real tokens (`ids >= 0`: not padding, not a structured-prefix row, not an empty slot); in a
-cache every such later slot is at or before the query's own. A [B, N, S] score array is what
+source tokens (`ids >= 0`: not padding, not a structured-prefix row, not an empty slot, and
+not the model's own words, `source_mask`); in a cache every such later slot is at or before
+the query's own. A [B, N, S] score array is what
 attention holds already; the scatter into the vocabulary is [B, N, S] adds, never [.., S, V].
 """
 
@@ -25,6 +26,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from ilql_dialogue.models.config import ModelConfig
@@ -70,6 +72,29 @@ def refuse(cfg: ModelConfig, what: str) -> None:
                      f"{cfg.copy_dim}); train it without one")
 
 
+def source_mask(mask_BxT: jax.Array, action_mask_BxT: jax.Array) -> jax.Array:
+  """The tokens a copy head may copy from: real tokens the trained role did not write (its
+  context, the other side's turns, tool results, its own speaker tokens). Copying its own
+  words lets a pointer feed on itself ("anya_anya_anya_..."); a pointer-generator copies from
+  its input."""
+  return mask_BxT.astype(bool) & ~action_mask_BxT.astype(bool)
+
+
+def forget_slot(cache, slot: jax.Array):
+  """The cache with slot `slot` no copy source in any row: a token the model just wrote."""
+  return cache.replace(ids_BxS=jax.lax.dynamic_update_slice(
+      cache.ids_BxS, jnp.full((cache.ids_BxS.shape[0], 1), -1, jnp.int32), (0, slot)))
+
+
+def forget_own(cache, first_slot: int, own_rows: list[list[bool]]):
+  """The cache with every own token no copy source: row b's token k at slot first_slot + k is
+  the model's own when own_rows[b][k] (a history loaded with its own turns)."""
+  own_BxS = np.zeros(cache.ids_BxS.shape, bool)
+  for b, row in enumerate(own_rows):
+    own_BxS[b, first_slot:first_slot + len(row)] = row
+  return cache.replace(ids_BxS=jnp.where(jnp.asarray(own_BxS), -1, cache.ids_BxS))
+
+
 def entries(ids_BxS: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(next_BxS, after_BxS, exists_BxS): the token entry j proposes, the slot it is in, and
   whether entry j exists.
@@ -111,12 +136,13 @@ def mix(logits_BxNxV: jax.Array, scores_BxNxS: jax.Array, next_BxS: jax.Array,
 
 
 def sequence_logits_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: jax.Array,
-                       mask_BxT: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
+                       source_BxT: jax.Array) -> Callable[[jax.Array, jax.Array], jax.Array]:
   """`fn(hidden_BxCxD, t_C) -> log-probs [B, C, V]` for queries at token positions t_C of a
-  whole sequence (training, scoring): the copy entries are the sequence's own earlier tokens."""
+  whole sequence (training, scoring): the copy entries are its earlier `source` tokens (real
+  tokens the model did not write itself: `source_mask`)."""
   head = of(model)
   keys_BxTxC = head.keys(hidden_BxTxD)
-  next_BxT, after_BxT, exists_BxT = entries(jnp.where(mask_BxT, tokens_BxT, -1))
+  next_BxT, after_BxT, exists_BxT = entries(jnp.where(source_BxT, tokens_BxT, -1))
 
   def logits_fn(h_BxCxD: jax.Array, t_C: jax.Array) -> jax.Array:
     # The query at t may use an entry whose proposed token is at or before t.
@@ -128,7 +154,7 @@ def sequence_logits_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: j
 
 
 def sequence_score_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: jax.Array,
-                      mask_BxT: jax.Array):
+                      source_BxT: jax.Array):
   """`fn(hidden_BxCxD, targets_BxC, t_C) -> (ce_BxC, correct_BxC)` for `token_cross_entropy`
   with a copy head (None without one): the loss of the mixture without its [B, C, V] scatter.
 
@@ -141,7 +167,7 @@ def sequence_score_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: ja
   if head is None:
     return None
   keys_BxTxC = head.keys(hidden_BxTxD)
-  next_BxT, after_BxT, exists_BxT = entries(jnp.where(mask_BxT, tokens_BxT, -1))
+  next_BxT, after_BxT, exists_BxT = entries(jnp.where(source_BxT, tokens_BxT, -1))
 
   def score_fn(h_BxCxD, y_BxC, t_C):
     logits_BxCxV = model.logits(h_BxCxD).astype(jnp.float32)
