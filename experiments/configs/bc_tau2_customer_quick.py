@@ -26,6 +26,9 @@ def get_config() -> ml_collections.ConfigDict:
   c = bc_tau2_quick.quick_config("customer", "text", "tau2_agent:oracle")
   c.task.max_length = MAX_LENGTH
   bc_airdialogue_quick.tiny_model(c, max_seq_len=MAX_LENGTH)
+  # A copy head: the customer states the email, name and zip of its profile by pointing at
+  # them (the oracle finds its account in 0.73 of the test tasks, 0.18 without; RESULTS 28).
+  c.model.copy_dim = 32
   c.data.bucket_boundaries = (512, 1024)
   c.offline_eval.max_new_tokens = MAX_NEW_TOKENS
   c.online_eval.max_new_tokens = MAX_NEW_TOKENS
