@@ -71,10 +71,12 @@ def scores(lm: nnx.Module, hidden_BxT1xD: jax.Array, batch: Batch, *,
   forbidden_BxV = forbidden_mask(batch["forbidden_ids"], vocab)
   temperature_B = batch["temperature"].astype(jnp.float32)
   max_logits_bytes = MAX_LOGITS_BYTES if max_logits_bytes is None else max_logits_bytes
-  source_BxT1 = copy_head.source_mask(batch["attention_mask"][:, :-1],
-                                      batch["action_mask"][:, :-1])
-  fn, positional = bc.logits_fn(lm, hidden_BxT1xD, batch["input_ids"][:, :-1], source_BxT1)
-  logits_fn = fn if positional else lambda h_BxCxD, t_C: fn(h_BxCxD)
+  if copy_head.of(lm) is None:
+    logits_fn = lambda h_BxCxD, t_C: lm.logits(h_BxCxD)
+  else:  # The mixture over the sequence's earlier source tokens.
+    logits_fn = copy_head.sequence_logits_fn(
+        lm, hidden_BxT1xD, batch["input_ids"][:, :-1],
+        copy_head.source_mask(batch["attention_mask"][:, :-1], batch["action_mask"][:, :-1]))
   chunk = max(1, max_logits_bytes // (b * vocab * 4))
   if chunk >= t:
     return _score(logits_fn, hidden_BxT1xD, targets_BxT1, jnp.arange(t), forbidden_BxV,

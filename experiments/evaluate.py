@@ -43,10 +43,15 @@ _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 64, "Token cap per learned utt
                                lower_bound=1)
 _BETA = flags.DEFINE_float("beta", 0.0, "ILQL value-guidance strength; 0 = the BC policy.")
 _TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the specs, seed and n).")
+_CPU_DEVICES = flags.DEFINE_string(
+    "cpu_devices", "1", "XLA:CPU devices: 'all' = one per usable core, a learned party's rows "
+    "split over them (every core decodes; docs/BENCHMARKS.md).")
 
 
 def main(argv):
   del argv
+  with cli.reported_as("--cpu_devices"):
+    devices = evaluate.cpu_decode_devices(_CPU_DEVICES.value)
   agent = config_checks.check_party(_AGENT.value, "agent", "--agent")
   config_checks.check_party(_CUSTOMER.value, "customer", "--customer")
   if _BETA.value and agent is not None and agent.algorithm.name not in config_checks.VALUE_GUIDED:
@@ -57,7 +62,7 @@ def main(argv):
   summary = evaluate.evaluate(
       _AGENT.value, _CUSTOMER.value, num_dialogues=_NUM.value, workdir=_WORKDIR.value,
       seed=_SEED.value, batch_size=_BATCH.value, max_turns=_MAX_TURNS.value,
-      kb_size=_KB_SIZE.value, tag=_TAG.value,
+      kb_size=_KB_SIZE.value, tag=_TAG.value, devices=devices,
       lm_options=dict(sampling, temperature=_TEMPERATURE.value, beta=_BETA.value),
       customer_lm_options=dict(sampling, temperature=_CUSTOMER_TEMPERATURE.value))
   print(json.dumps(summary))

@@ -55,10 +55,15 @@ _OPPONENT_TEMPERATURE = flags.DEFINE_float("opponent_temperature", 1.0, "A learn
 _MAX_NEW = flags.DEFINE_integer("max_new_tokens", 48, "Token cap per learned utterance.",
                                 lower_bound=1)
 _TAG = flags.DEFINE_string("tag", "", "Output name suffix (default: from the specs, seed and n).")
+_CPU_DEVICES = flags.DEFINE_string(
+    "cpu_devices", "1", "XLA:CPU devices: 'all' = one per usable core, a learned party's rows "
+    "split over them (every core decodes; docs/BENCHMARKS.md).")
 
 
 def main(argv):
   del argv
+  with cli.reported_as("--cpu_devices"):
+    devices = evaluate.cpu_decode_devices(_CPU_DEVICES.value)
   if _DATA_DIR.value:
     cli.existing_dir(_DATA_DIR.value, "--data_dir")
   with cli.reported_as("--env"):
@@ -78,7 +83,7 @@ def main(argv):
   summary = evaluate.evaluate_environment(
       env, _ROLE.value, _PARTY.value, _OPPONENT.value, num_dialogues=_NUM.value,
       workdir=_WORKDIR.value, seed=_SEED.value, batch_size=_BATCH.value,
-      max_turns=_MAX_TURNS.value, tag=_TAG.value,
+      max_turns=_MAX_TURNS.value, tag=_TAG.value, devices=devices,
       lm_options=dict(temperature=_TEMPERATURE.value, max_new_tokens=_MAX_NEW.value),
       opponent_options=dict(temperature=_OPPONENT_TEMPERATURE.value,
                             max_new_tokens=_MAX_NEW.value))

@@ -56,17 +56,19 @@ _SCRIPT = textwrap.dedent("""
                                               max_new_tokens=10)
       return state, [np.asarray(x) for x in (first, first_len, second, one_key, per_row)]
 
-    _, expected = decode(model, prompt, prompt_mask, turn, turn_mask, greedy, sampled, row_keys)
-
     mesh = decode_devices.decode_mesh()
-    split = decode_devices.split_rows(
-        (prompt, prompt_mask, turn, turn_mask, greedy, sampled, row_keys), mesh)
-    state, got = decode(decode_devices.replicate(model, mesh), *split)
-
     names = ("greedy", "greedy lengths", "greedy after append", "sampled, one key",
              "sampled, per-row keys")
-    for name, want, have in zip(names, expected, got):
-      assert np.array_equal(want, have), (name, want, have)
+    # A trunk with a copy head too: its copy entries are split with the cache.
+    copying = Transformer(cfg.replace(copy_dim=8), rngs=nnx.Rngs(0))
+    copying.copy_head.query[...] = copying.copy_head.query[...] * 50
+    for m in (copying, model):
+      _, expected = decode(m, prompt, prompt_mask, turn, turn_mask, greedy, sampled, row_keys)
+      split = decode_devices.split_rows(
+          (prompt, prompt_mask, turn, turn_mask, greedy, sampled, row_keys), mesh)
+      state, got = decode(decode_devices.replicate(m, mesh), *split)
+      for name, want, have in zip(names, expected, got):
+        assert np.array_equal(want, have), (name, m.cfg.copy_dim, want, have)
     # Every device holds its own two rows of the cache, not a copy of all eight.
     for k in state.cache.k_BxKxSxH:
       assert {s.data.shape[0] for s in k.addressable_shards} == {2}, k.sharding
@@ -86,11 +88,12 @@ _SCRIPT = textwrap.dedent("""
 
     tok = tokenization.train_tokenizer(["hello there, how are you", "fine thanks, a flight"] * 9,
                                        ("agent", "customer"), vocab_size=300)
-    lm = Transformer(ModelConfig.gpt2(vocab_size=-(-tok.vocab_size // 64) * 64, num_layers=1,
-                                      d_model=32, num_heads=4, max_seq_len=128),
-                     rngs=nnx.Rngs(1))
-
-    def play(devices, batch):
+    def play(devices, batch, copy_dim=0):
+      lm = Transformer(ModelConfig.gpt2(vocab_size=-(-tok.vocab_size // 64) * 64, num_layers=1,
+                                        d_model=32, num_heads=4, max_seq_len=128,
+                                        copy_dim=copy_dim), rngs=nnx.Rngs(1))
+      if copy_dim:
+        lm.copy_head.query[...] = lm.copy_head.query[...] * 50
       party = LMParty(lm, tok, "agent", max_new_tokens=6, temperature=1.0,
                       include_context=False, devices=devices)
       party.reset([{}] * batch, list(range(batch)))
@@ -101,8 +104,8 @@ _SCRIPT = textwrap.dedent("""
                      for h, r in zip(histories, replies)]
       return party
 
-    for batch, placed_on in ((8, 4), (6, 1)):
-      one, split = play(None, batch), play(jax.devices(), batch)
+    for batch, placed_on, copy_dim in ((8, 4, 0), (6, 1, 0), (8, 4, 8)):
+      one, split = play(None, batch, copy_dim), play(jax.devices(), batch, copy_dim)
       assert split.token_ids == one.token_ids, batch
       np.testing.assert_allclose(np.concatenate(split.logprobs), np.concatenate(one.logprobs),
                                  atol=1e-5)

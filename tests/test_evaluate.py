@@ -143,6 +143,19 @@ def test_task_checkpoint_agent_plays_through_policy_io_and_evaluate(tmp_path):
   assert len(lines) == 4
   assert all(t["speaker"] == ("customer", "agent")[i % 2]
              for line in lines for i, t in enumerate(line["turns"]))
+  # The main with its rows split over two CPU devices plays the same dialogues.
+  split = subprocess.run(
+      [sys.executable, "-m", "experiments.evaluate", f"--agent={workdir}",
+       "--customer=scripted:terse", "--num_dialogues=4", "--batch_size=4", "--max_turns=6",
+       "--kb_size=2", "--max_new_tokens=8", "--temperature=1.0", "--cpu_devices=2",
+       f"--workdir={tmp_path / 'eval_split'}"],
+      cwd=REPO, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+      timeout=300)
+  assert split.returncode == 0, split.stderr[-3000:]
+  split_summary = json.loads(split.stdout.strip().splitlines()[-1])
+  assert split_summary["devices"] == 2 and summary["devices"] == 1
+  with open(split_summary["transcripts"]) as f:
+    assert [json.loads(line)["turns"] for line in f] == [line["turns"] for line in lines]
 
   eval_fn = evaluate_lib.online_eval_fn(
       tokenizer, "agent", "scripted:terse", num_dialogues=4, kb_size=2, batch_size=4,

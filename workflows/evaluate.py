@@ -17,6 +17,7 @@ import re
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+import jax
 import numpy as np
 from flax import nnx
 
@@ -25,7 +26,7 @@ from data_pipelines.airdialogue import to_dialogue
 from data_pipelines.tokenization import DialogueTokenizer
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue.parties import AGENT, CUSTOMER
-from ilql_dialogue import value_guidance
+from ilql_dialogue import party_spec, value_guidance
 from ilql_dialogue.lm_party import LMParty
 from ilql_dialogue.parties import make_party
 from ilql_dialogue.value_heads import ILQLModel
@@ -48,7 +49,8 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
              max_turns: int = airdialogue_env.DEFAULT_MAX_TURNS, kb_size: int = 30,
              lm_options: Mapping[str, Any] | None = None,
              customer_lm_options: Mapping[str, Any] | None = None, tag: str = "",
-             progress: bool | None = None) -> dict[str, Any]:
+             progress: bool | None = None,
+             devices: Sequence[Any] | None = None) -> dict[str, Any]:
   """Plays and scores the dialogues; returns the summary also written to eval_<tag>.json.
 
   `agent` / `customer` are party specs (ilql_dialogue/party_spec.py);
@@ -57,7 +59,8 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   with `customer_lm_options`, by default the agent's without `beta`: an agent
   is usually measured greedily, a simulator may sample. The progress
   bar shows when there is more than one batch, unless `progress` says
-  otherwise.
+  otherwise. `devices` (two or more): checkpoint parties decode each batch with its rows split
+  over them (`split_rows_over`).
   """
   if num_dialogues < 1:
     raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
@@ -65,8 +68,9 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   customer_lm_options = dict({k: v for k, v in lm_options.items() if k != "beta"}
                              if customer_lm_options is None else customer_lm_options)
   scenarios = airdialogue_env.make_scenarios(seed, num_dialogues, kb_size)
-  agent_party = make_party(agent, AGENT, **lm_options)
-  customer_party = make_party(customer, CUSTOMER, **customer_lm_options)
+  agent_party = make_party(agent, AGENT, **split_rows_over(agent, lm_options, devices))
+  customer_party = make_party(customer, CUSTOMER,
+                              **split_rows_over(customer, customer_lm_options, devices))
   tag = tag or default_tag(agent, customer, seed, num_dialogues)
   os.makedirs(workdir, exist_ok=True)
   transcripts_path = os.path.join(workdir, f"transcripts_{tag}.jsonl")
@@ -86,10 +90,32 @@ def evaluate(agent: str, customer: str, *, num_dialogues: int, workdir: str,
   summary.update(
       agent=agent, customer=customer, seed=seed, batch_size=batch_size, max_turns=max_turns,
       kb_size=kb_size, lm_options=lm_options, customer_lm_options=customer_lm_options,
-      elapsed_s=elapsed,
+      devices=len(devices) if devices else 1, elapsed_s=elapsed,
       dialogues_per_s=num_dialogues / elapsed, transcripts=transcripts_path)
   files.write_json(summary_path, summary, indent=2)
   return summary
+
+
+def cpu_decode_devices(count: str) -> list[Any] | None:
+  """A main's `--cpu_devices`: asks jax for `count` CPU devices ("all": one per usable core;
+  before any jax computation) and returns them for `devices=`, or None for one."""
+  from ilql_dialogue.generation import cpu_devices  # Sets a jax option: only when asked.
+
+  if count == "all" or (count.isdigit() and int(count) > 0):
+    return jax.devices() if cpu_devices.use_cpu_devices(count) > 1 else None
+  raise ValueError(f"--cpu_devices={count!r}: a positive number of devices, or 'all'")
+
+
+def split_rows_over(spec: str, options: Mapping[str, Any],
+                    devices: Sequence[Any] | None) -> dict[str, Any]:
+  """`options` with `devices` for a checkpoint party, whose LMParty then splits each batch's
+  rows over them (one XLA:CPU device per core uses every core: generation/cpu_devices.py).
+  Other kinds keep one device: the CALM planner and the k-sample picker work on one state."""
+  options = dict(options)
+  if devices is not None and len(devices) > 1 and (
+      party_spec.parse(spec).kind == party_spec.CHECKPOINT):
+    options["devices"] = list(devices)
+  return options
 
 
 def best_beta(success_by_beta: dict[float, float]) -> float:
@@ -217,16 +243,18 @@ def evaluate_environment(env: Any, role: str, party: str, opponent: str, *, num_
                          workdir: str, seed: int, batch_size: int = 16, max_turns: int = 24,
                          lm_options: Mapping[str, Any] | None = None,
                          opponent_options: Mapping[str, Any] | None = None,
-                         tag: str = "") -> dict[str, Any]:
+                         tag: str = "", devices: Sequence[Any] | None = None
+                         ) -> dict[str, Any]:
   """`evaluate` for any environment: the `party` spec plays `role` against the `opponent`
   spec in every other role on env.sample(seed, num_dialogues); writes one transcript per
   dialogue to transcripts_<tag>.jsonl and the summary (summarize_environment) to
-  eval_<tag>.json, and returns the summary."""
+  eval_<tag>.json, and returns the summary. `devices`: as `evaluate`'s."""
   if num_dialogues < 1:
     raise ValueError(f"num_dialogues={num_dialogues} must be >= 1")
   parties = {r: make_party(party if r == role else opponent, r,
-                                      **dict((lm_options if r == role else opponent_options)
-                                             or {}))
+                           **split_rows_over(party if r == role else opponent,
+                                             (lm_options if r == role else opponent_options)
+                                             or {}, devices))
              for r in env.turn_order}
   tag = tag or default_tag(party, opponent, seed, num_dialogues)
   os.makedirs(workdir, exist_ok=True)

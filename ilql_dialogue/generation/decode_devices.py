@@ -88,5 +88,9 @@ def empty_cache(cfg: Any, tokens_BxT: jax.Array, max_len: int) -> KVCache:
   rows = NamedSharding(placement.mesh, P(placement.spec[0] if len(placement.spec) else None))
   whole = NamedSharding(placement.mesh, P())
   abstract = jax.eval_shape(lambda: init_cache(cfg, batch, max_len))
-  return jax.tree.map(
+  cache = jax.tree.map(
       lambda a: jnp.zeros(a.shape, a.dtype, device=rows if a.ndim else whole), abstract)
+  if cache.ids_BxS is None:
+    return cache
+  # A copy head's empty slots hold no token (-1), as init_cache makes them.
+  return cache.replace(ids_BxS=jnp.full(cache.ids_BxS.shape, -1, jnp.int32, device=rows))
