@@ -16,8 +16,9 @@ normalized, so a softmax of them is themselves): the loss, the sampler's tempera
 filters, and the log-probs online RL needs. Entry j exists when slot j and a later slot hold
 source tokens (`ids >= 0`: not padding, not a structured-prefix row, not an empty slot, and
 not the model's own words, `source_mask`); in a cache every such later slot is at or before
-the query's own. A [B, N, S] score array is what
-attention holds already; the scatter into the vocabulary is [B, N, S] adds, never [.., S, V].
+the query's own. A [B, N, S] score array is what attention holds already; the scatter into
+the vocabulary is [B, N, S] adds (decoding, scoring rollouts), never a [.., S, V] array, and
+training needs none (`sequence_score_fn`).
 """
 
 from __future__ import annotations
