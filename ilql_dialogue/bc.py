@@ -125,15 +125,6 @@ class BC:
     return weighted_metrics(ce_BxT, correct_BxT, weights_BxT)
 
 
-def logits_fn(model: nnx.Module, hidden_BxTxD: jax.Array, tokens_BxT: jax.Array,
-              source_BxT: jax.Array) -> tuple[Callable[..., jax.Array], bool]:
-  """(fn, positional): the model's `logits`, or with a copy head the mixture over the
-  sequence's earlier source tokens (`copy_head.source_mask`; a positional fn)."""
-  if copy_head.of(model) is None:
-    return model.logits, False
-  return copy_head.sequence_logits_fn(model, hidden_BxTxD, tokens_BxT, source_BxT), True
-
-
 def prefix_kwargs(model: nnx.Module, batch: Batch) -> dict[str, jax.Array]:
   """`prefix_BxPxD` for the model call when the batch carries structured context."""
   if PREFIX_FIELDS not in batch:

@@ -105,9 +105,12 @@ def copy_accuracy_after_training(copy_dim, steps=120):
     mask_BxT = jnp.ones(tokens_BxT.shape, bool)
     hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT)
     source_BxT = copy_head.source_mask(mask_BxT, batch(tokens_BxT)["action_mask"])
-    fn, positional = bc.logits_fn(model, hidden_BxTxD, tokens_BxT, source_BxT)
     t_T1 = jnp.arange(tokens_BxT.shape[1] - 1)
-    logits_BxT1xV = fn(hidden_BxTxD[:, :-1], t_T1) if positional else fn(hidden_BxTxD[:, :-1])
+    if copy_head.of(model) is None:
+      logits_BxT1xV = model.logits(hidden_BxTxD[:, :-1])
+    else:
+      logits_BxT1xV = copy_head.sequence_logits_fn(model, hidden_BxTxD, tokens_BxT, source_BxT)(
+          hidden_BxTxD[:, :-1], t_T1)
     correct_BxT1 = jnp.argmax(logits_BxT1xV, -1) == tokens_BxT[:, 1:]
     return jnp.mean(correct_BxT1[:, copied_T[1:]])
 

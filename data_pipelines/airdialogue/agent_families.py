@@ -11,7 +11,6 @@ customers must understand agents whose wording they were not written against
 from __future__ import annotations
 
 import dataclasses
-import string
 import types
 from typing import Mapping
 
@@ -51,11 +50,8 @@ class AgentFamily:
       if not patterns:
         raise ValueError(f"agent family {self.name!r}, part {part!r}: no patterns")
       for pattern in patterns:
-        phrase_grammar.check(pattern)
-        fields = {f for _, f, _, _ in string.Formatter().parse(pattern) if f}
-        if not fields <= set(PARTS[part]):
-          raise ValueError(f"agent family {self.name!r}, part {part!r}: pattern {pattern!r} "
-                           f"uses fields {sorted(fields - set(PARTS[part]))}")
+        phrase_grammar.check_fields(pattern, PARTS[part],
+                                    f"agent family {self.name!r}, part {part!r}")
     if not 0.0 <= self.wait_p <= 1.0:
       raise ValueError(f"agent family {self.name!r}: wait_p {self.wait_p} not in [0, 1]")
 

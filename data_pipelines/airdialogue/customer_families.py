@@ -26,7 +26,6 @@ they say). Which families a corpus may use is `family_split`'s business.
 from __future__ import annotations
 
 import dataclasses
-import string
 import types
 from typing import Callable, Mapping
 
@@ -83,11 +82,8 @@ class CustomerFamily:
         raise ValueError(f"customer family {self.name!r}, part {part!r}: verbosities "
                          f"{sorted(per_verbosity)}, expected {list(VERBOSITIES)}")
       for pattern in (p for patterns in per_verbosity.values() for p in patterns):
-        phrase_grammar.check(pattern)
-        fields = {f for _, f, _, _ in string.Formatter().parse(pattern) if f}
-        if not fields <= set(PARTS[part]):
-          raise ValueError(f"customer family {self.name!r}, part {part!r}: pattern {pattern!r} "
-                           f"uses fields {sorted(fields - set(PARTS[part]))}")
+        phrase_grammar.check_fields(pattern, PARTS[part],
+                                    f"customer family {self.name!r}, part {part!r}")
     if not 0.0 <= self.lowercase_name_p <= 1.0:
       raise ValueError(f"customer family {self.name!r}: lowercase_name_p not in [0, 1]")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from typing import Mapping
 
 import numpy as np
@@ -22,6 +23,14 @@ def check(pattern: str) -> None:
   """Raises ValueError when a pattern's brackets are unbalanced or nested."""
   if "[" in _CHOICE_RE.sub("", pattern) or "]" in _CHOICE_RE.sub("", pattern):
     raise ValueError(f"phrase pattern {pattern!r}: unbalanced or nested brackets")
+
+
+def check_fields(pattern: str, allowed: set[str] | tuple[str, ...], where: str) -> None:
+  """`check`, and a ValueError naming `where` when the pattern fills a field not `allowed`."""
+  check(pattern)
+  fields = {f for _, f, _, _ in string.Formatter().parse(pattern) if f}
+  if not fields <= set(allowed):
+    raise ValueError(f"{where}: pattern {pattern!r} uses fields {sorted(fields - set(allowed))}")
 
 
 def expand(pattern: str, rng: np.random.Generator, fields: Mapping[str, str] = {}) -> str:

@@ -23,7 +23,6 @@ Held-out families, new in kind, for evaluation only (family_forms.py lists what 
 from __future__ import annotations
 
 import dataclasses
-import string
 import types
 from typing import Callable, Mapping, Sequence
 
@@ -75,11 +74,8 @@ class CustomerFamily:
                        f"{unknown + sorted(set(self.terse) - set(PARTS))}")
     for part, patterns in [*self.plain.items(), *self.terse.items()]:
       for pattern in patterns:
-        phrase_grammar.check(pattern)
-        fields = {f for _, f, _, _ in string.Formatter().parse(pattern) if f}
-        if not fields <= set(PARTS[part]):
-          raise ValueError(f"customer family {self.name!r}, part {part!r}: pattern {pattern!r} "
-                           f"uses fields {sorted(fields - set(PARTS[part]))}")
+        phrase_grammar.check_fields(pattern, PARTS[part],
+                                    f"customer family {self.name!r}, part {part!r}")
 
   def patterns(self, part: str, verbosity: str) -> tuple[str, ...]:
     return self.terse.get(part, self.plain[part]) if verbosity == "terse" else self.plain[part]
