@@ -3,7 +3,7 @@ tests that did not pass again, at most twice.
 
 XLA:CPU (jaxlib 0.10.2) at times dies of a segmentation fault inside its compiler while the
 suite's processes compile with the shared persistent cache: in `backend_compile_and_load` in
-two suite runs of four on an Intel Xeon with AVX-512 (one of them CI's), and in
+two suite runs of seven on Intel Xeons with AVX-512 (one of them CI's), and in
 `executable.serialize()` with glibc's huge-page malloc (the Makefile). Never in a test's own
 code, and never when the crashed test's file ran alone. A crashed pytest-xdist worker fails its
 test; with `--max-worker-restart=0` the session then ends at once (xdist's loadfile scheduler
