@@ -37,7 +37,8 @@ def run_pytest(args: list[str], **env_vars: str) -> tuple[int, list[str]]:
   # PYTHONPATH: this folder, where pytest (and each xdist worker) finds the plugin below.
   here = os.path.dirname(os.path.abspath(__file__))
   paths = [here] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
-  env = dict(os.environ, **env_vars, PYTHONPATH=os.pathsep.join(paths))
+  env = {k: v for k, v in os.environ.items() if not k.startswith("RUN_SUITE_")}  # A run's own.
+  env.update(env_vars, PYTHONPATH=os.pathsep.join(paths))
   process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "run_suite", *args],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              bufsize=1, env=env)
