@@ -9,7 +9,7 @@ RUN_DIR ?= runs/quickstart
 # 18.2 min, docs/BENCHMARKS.md). Ignored where the tunable or THP is absent. Not for make test:
 # with it, three suite runs of five lost a worker to a SIGSEGV in XLA:CPU's executable
 # serialization (writing the tests' compilation cache); without it, none of five on AMD EPYC,
-# but one in three on an Intel Xeon (tests/run_suite.py). The cause is not pinned down.
+# but one of seven on an Intel Xeon, and CI's (tests/run_suite.py). The cause is not pinned down.
 RUN_GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: run test test-multiprocess venv dev clean

@@ -3,7 +3,7 @@ tests that did not pass again, at most twice.
 
 XLA:CPU (jaxlib 0.10.2) at times dies of a segmentation fault inside its compiler while the
 suite's processes compile with the shared persistent cache: in `backend_compile_and_load` in
-two suite runs of seven on Intel Xeons with AVX-512 (one of them CI's), and in
+one suite run of seven on an Intel Xeon with AVX-512 and in CI's run, and in
 `executable.serialize()` with glibc's huge-page malloc (the Makefile). Never in a test's own
 code, and never when the crashed test's file ran alone. A crashed pytest-xdist worker fails its
 test; with `--max-worker-restart=0` the session then ends at once (xdist's loadfile scheduler
@@ -75,17 +75,18 @@ def main(args: list[str]) -> int:
 
 # The pytest plugin. Only the process that reports (xdist's controller, or a run without xdist)
 # writes the done file; the workers leave out the listed tests as they collect.
-_REPORTER: list[bool] = []
+_REPORTER = True
 _FAILED: set[str] = set()
 
 
 def pytest_configure(config) -> None:
-  _REPORTER.append(not hasattr(config, "workerinput"))
+  global _REPORTER
+  _REPORTER = not hasattr(config, "workerinput")
 
 
 def pytest_runtest_logreport(report) -> None:
   done_file = os.environ.get("RUN_SUITE_DONE_FILE")
-  if not done_file or not _REPORTER[-1]:
+  if not done_file or not _REPORTER:
     return
   if report.failed:
     _FAILED.add(report.nodeid)
