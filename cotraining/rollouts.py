@@ -40,9 +40,11 @@ class Rollouts:
 def check_learner(learner: LMParty) -> None:
   """The trainer can re-score only a temperature-sampled distribution without extra hooks."""
   sampling = learner.sampling
-  if not sampling["temperature"] > 0 or sampling["top_k"] != 0 or sampling["top_p"] != 1.0:
+  if (not sampling["temperature"] > 0 or sampling["top_k"] != 0 or sampling["top_p"] != 1.0
+      or sampling["min_p"] != 0.0):
     raise ValueError(f"trained role {learner.role!r}: online RL samples with temperature > 0 "
-                     f"and no top-k / top-p (the loss re-scores that distribution); got {sampling}")
+                     f"and no top-k / top-p / min-p (the loss re-scores that distribution); "
+                     f"got {sampling}")
   if learner._hook_factory is not None:
     raise ValueError(f"trained role {learner.role!r}: a decoding hook (e.g. value guidance) "
                      f"changes the sampled distribution; train the plain policy")

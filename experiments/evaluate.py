@@ -3,7 +3,7 @@
     python -m experiments.evaluate --agent=runs/bc_agent --customer=scripted:chatty \
         --num_dialogues=500 --workdir=runs/eval [--seed=1000 --batch_size=16 \
         --max_turns=40 --temperature=0 --top_k=0 --top_p=1.0 --max_new_tokens=64 --beta=0 \
-        --customer_temperature=1.0]
+        --customer_temperature=1.0 --customer_min_p=0]
 
 --agent: a training workdir or scripted_agent:NAME (e.g. scripted_agent:oracle).
 --customer: scripted:STYLE, a training workdir, or module.path:ClassName.
@@ -36,6 +36,9 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "A learned agent's samplin
 _CUSTOMER_TEMPERATURE = flags.DEFINE_float(
     "customer_temperature", 1.0, "A learned customer's temperature (a simulator samples); the "
     "other sampling flags apply to both.", lower_bound=0.0)
+_CUSTOMER_MIN_P = flags.DEFINE_float(
+    "customer_min_p", 0.0, "A learned customer's min-p filter: tokens under min_p times the "
+    "likeliest one are cut; 0 = off.", lower_bound=0.0, upper_bound=1.0)
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Top-k filter; 0 = off.", lower_bound=0)
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus filter; 1 = off.", lower_bound=0.0,
                             upper_bound=1.0)
@@ -64,7 +67,8 @@ def main(argv):
       seed=_SEED.value, batch_size=_BATCH.value, max_turns=_MAX_TURNS.value,
       kb_size=_KB_SIZE.value, tag=_TAG.value, devices=devices,
       lm_options=dict(sampling, temperature=_TEMPERATURE.value, beta=_BETA.value),
-      customer_lm_options=dict(sampling, temperature=_CUSTOMER_TEMPERATURE.value))
+      customer_lm_options=dict(sampling, temperature=_CUSTOMER_TEMPERATURE.value,
+                               min_p=_CUSTOMER_MIN_P.value))
   print(json.dumps(summary))
 
 

@@ -190,7 +190,7 @@ class LMParty:
 
   def __init__(self, decoder: Any, tokenizer: DialogueTokenizer, role: str, *,
                max_new_tokens: int = 64, temperature: float = 1.0, top_k: int = 0,
-               top_p: float = 1.0, include_context: bool = True,
+               top_p: float = 1.0, min_p: float = 0.0, include_context: bool = True,
                serialize_context: SerializeContext = json_context,
                block_markers: Mapping[str, Sequence[str]] | None = None,
                forbidden_ids: Sequence[int] | None = None,
@@ -208,7 +208,7 @@ class LMParty:
     self.tokenizer = tokenizer
     self.role = role
     self.max_new_tokens = max_new_tokens
-    self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+    self.sampling = dict(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
     self.include_context = include_context
     self.serialize_context = serialize_context
     self.forbidden_ids = list(forbidden_token_ids(tokenizer, role, block_markers) if forbidden_ids is None

@@ -85,3 +85,12 @@ def test_airdialogue_environment_rewards_success_or_soft_score():
   assert env.reward(wrong) == 0.0
   assert 0.0 <= airdialogue_env.AirDialogueEnv("soft").reward(wrong) < 1.0
   assert env.reward(environment.Episode(scenarios[0], "k", (), environment.TURN_LIMIT)) == 0.0
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(top_k=5), dict(top_p=0.9),
+                                      dict(min_p=0.1)])
+def test_the_learner_must_sample_the_distribution_the_loss_rescores(sampling):
+  learner = toy.bot(model(), **{"temperature": 1.0, **sampling})
+  with pytest.raises(ValueError, match="online RL samples with temperature > 0"):
+    rollouts.check_learner(learner)
+  rollouts.check_learner(toy.bot(model()))

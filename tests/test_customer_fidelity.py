@@ -24,6 +24,12 @@ def test_a_scripted_customer_states_its_intent_and_a_liar_does_not(tmp_path):
   liar = customer_fidelity.fidelity(json.loads(json.dumps(transcripts)))
   assert liar["fields"]["name"]["stated_wrong"] == 1.0
   assert liar["fields"]["goal"]["never_stated"] == 1.0
+  # One sentence said over and over: one unique utterance; its 8 tokens, 7 of them distinct.
+  repeated = liar["diversity"]
+  count = honest["diversity"]["utterances"]
+  assert repeated["utterances"] == count and repeated["unique_share"] == 1 / count
+  assert repeated["distinct_1"] == pytest.approx(7 / (8 * count))
+  assert honest["diversity"]["unique_share"] > 0.5 and honest["diversity"]["distinct_2"] > 0.1
 
 
 def test_it_reads_the_environment_evaluation_transcripts_alike(tmp_path):

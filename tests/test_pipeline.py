@@ -251,6 +251,7 @@ def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path
   """The pipeline keeps each pair's summary with the checkpoints it played: a run retrained to
   the same step (other files) is evaluated again, never reported from the older summary."""
   config = quickstart.get_config()
+  config.evaluation.update(customer_temperature=1.0, customer_min_p=0.2)
   workdir = str(tmp_path)
   customer_dir = tmp_path / "bc_customer"
   customer_dir.mkdir()
@@ -264,8 +265,12 @@ def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path
 
   played = []
 
-  def fake_evaluate(agent, customer, *, num_dialogues, workdir, tag, **unused):
+  decodings = []
+
+  def fake_evaluate(agent, customer, *, num_dialogues, workdir, tag, lm_options,
+                    customer_lm_options, **unused):
     played.append(customer)
+    decodings.append({"agent": lm_options, "customer": customer_lm_options})
     os.makedirs(workdir, exist_ok=True)
     transcripts = os.path.join(workdir, f"transcripts_{tag}.jsonl")
     open(transcripts, "w").close()
@@ -286,4 +291,11 @@ def test_an_evaluation_is_played_again_when_a_partys_checkpoint_changed(tmp_path
   save_checkpoint(2)  # Retrained: the same step, another checkpoint.
   again = pair()
   assert len(played) == 2 and again["success_rate"] == 0.2
-  assert again["customer"] == "bc_customer" and again["customer_label"] == "bc_customer (T = 1)"
+  assert again["customer"] == "bc_customer"
+  assert again["customer_label"] == "bc_customer (T = 1, min-p 0.2)"
+  assert decodings[-1]["customer"] == {"max_new_tokens": 64, "temperature": 1.0, "min_p": 0.2}
+  config.evaluation.customer_min_p = 0.0  # Another decoding: played again, labelled as played.
+  plain = pair()
+  assert len(played) == 3 and plain["customer_label"] == "bc_customer (T = 1)"
+  assert decodings[-1]["customer"]["min_p"] == 0.0
+  assert pair() == plain and len(played) == 3

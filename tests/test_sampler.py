@@ -126,6 +126,7 @@ def test_sampling_controls_do_not_recompile(gpt2):
       dict(temperature=[0.7, 0.0, 1.3], top_k=[5, 0, 2], top_p=[1.0, 0.9, 0.5]),
       dict(temperature=2.0, top_k=1, stop_tokens=[[4], [5], [6]], max_new_tokens=[1, 8, 3]),
       dict(temperature=0.0, top_p=0.3, stop_tokens=[[7], [8, 9], [10]]),
+      dict(temperature=1.0, min_p=[0.1, 0.0, 0.5]),
   ]
   for i, overrides in enumerate(variants):
     params = sampler.SamplingParams.make(3, **{"max_new_tokens": NEW, **overrides})
@@ -339,18 +340,44 @@ def test_filter_top_k_top_p_matches_reference():
     np.testing.assert_array_equal(got[b][np.isfinite(got[b])], logits[b][np.isfinite(got[b])])
 
 
-def test_sample_frequencies_follow_processed_distribution():
-  """20k rows share one logits row: empirical frequencies match softmax(logits / T) on the nucleus."""
+def test_filter_min_p_matches_transformers():
+  """The same kept tokens as transformers' MinPLogitsWarper, row by row; min_p 0 keeps all."""
+  from transformers.generation.logits_process import MinPLogitsWarper
+
+  logits = np.random.default_rng(1).normal(size=(3, 50)).astype(np.float32) * 3
+  for min_p in (0.05, 0.2, 0.9):
+    got = np.asarray(lp.filter_min_p(jnp.asarray(logits), np.full(3, min_p)))
+    expected = MinPLogitsWarper(min_p)(None, torch.tensor(logits)).numpy()
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(expected))
+    assert 1 <= np.isfinite(got).sum(axis=1).min() < 50
+  per_row = np.asarray(lp.filter_min_p(jnp.asarray(logits), np.array([0.0, 0.2, 0.0])))
+  assert np.isfinite(per_row[[0, 2]]).all() and not np.isfinite(per_row[1]).all()
+
+
+def _nucleus_0_9(probs):
+  """softmax(logits / T)'s kept tokens under top-p 0.9 (logits sorted in descending order)."""
+  return np.arange(6) < np.sum(np.cumsum(probs) - probs < 0.9)
+
+
+def _min_p_0_2(probs):
+  return probs >= 0.2 * probs.max()
+
+
+@pytest.mark.parametrize("filters,kept,count", [(dict(top_p=0.9), _nucleus_0_9, None),
+                                                (dict(min_p=0.2), _min_p_0_2, 3)])
+def test_sample_frequencies_follow_processed_distribution(filters, kept, count):
+  """20k rows share one logits row: empirical frequencies match softmax(logits / T) on the
+  tokens the filter keeps (the nucleus; those at >= min_p of the likeliest)."""
   rows = 20_000
   logits = jnp.tile(jnp.asarray([[2.0, 1.5, 1.0, 0.0, -1.0, -3.0]]), (rows, 1))
-  params = sampler.SamplingParams.make(rows, max_new_tokens=1, temperature=0.8, top_p=0.9)
+  params = sampler.SamplingParams.make(rows, max_new_tokens=1, temperature=0.8, **filters)
   tokens, logprobs = jax.jit(sampler.sample_from_logits)(logits, params, jax.random.key(0))
   scaled = np.asarray(logits[0]) / 0.8
   probs = np.exp(scaled - scaled.max())
   probs /= probs.sum()
-  keep = np.sum(np.cumsum(probs) - probs < 0.9)
-  expected = np.where(np.arange(6) < keep, probs, 0.0)
+  expected = np.where(kept(probs), probs, 0.0)
   expected /= expected.sum()
+  assert count is None or np.count_nonzero(expected) == count
   freq = np.bincount(np.asarray(tokens), minlength=6) / rows
   np.testing.assert_allclose(freq, expected, atol=0.015)
   np.testing.assert_allclose(logprobs, np.log(expected[np.asarray(tokens)]), atol=1e-5)

@@ -10,7 +10,9 @@ intent has that field:
   stated_wrong      some utterance states another value
   never_stated      neither
 
-plus the role violations: customer turns holding an action block.
+plus the role violations (customer turns holding an action block) and how varied its words
+are (`diversity`): a simulator that states its intent by saying the same few sentences is
+what sampling it is meant to avoid (distinct-n as `ilql_dialogue.text_metrics` counts it).
 
     python -m experiments.customer_fidelity --transcripts=runs/quickstart/eval/transcripts_X.jsonl
 """
@@ -22,6 +24,7 @@ from typing import Any
 
 from data_pipelines.airdialogue import action_grammar, agents, schema
 from domains.airdialogue import environment as airdialogue_env
+from ilql_dialogue import text_metrics
 
 FIELDS = ("name", "goal", "departure_airport", "return_airport", "departure_month",
           "departure_day", "return_month", "return_day", "max_price", "max_connections",
@@ -63,7 +66,19 @@ def fidelity(transcripts: list[dict[str, Any]], kb_size: int = 30) -> dict[str, 
   rates = {f: {k: (v / c["n"] if k != "n" else v) for k, v in c.items()} for f, c in counts.items()
            if c["n"]}
   return {"dialogues": len(transcripts), "fields": rates,
-          "customer_action_blocks": sum(t["customer_action_blocks"] for t in transcripts)}
+          "customer_action_blocks": sum(t["customer_action_blocks"] for t in transcripts),
+          "diversity": diversity(transcripts)}
+
+
+def diversity(transcripts: list[dict[str, Any]]) -> dict[str, float]:
+  """The customer's utterances: how many, the share of them that are unique, distinct-1 and
+  distinct-2, and the mean number of words."""
+  said = [turn["text"] for t in transcripts for turn in t["turns"]
+          if turn["speaker"] == "customer"]
+  return {"utterances": len(said), "unique_share": len(set(said)) / max(len(said), 1),
+          "distinct_1": text_metrics.distinct_n(said, 1),
+          "distinct_2": text_metrics.distinct_n(said, 2),
+          "mean_words": sum(len(text_metrics.word_tokens(t)) for t in said) / max(len(said), 1)}
 
 
 def read_transcripts(path: str) -> list[dict[str, Any]]:

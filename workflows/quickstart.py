@@ -338,12 +338,13 @@ def _checkpoint_of(spec: str, config: ml_collections.ConfigDict, workdir: str) -
   return checkpoint_fingerprint(path, step) if os.path.isdir(path) else None
 
 
-def _recorded_checkpoints(summary_path: str) -> dict[str, Any] | None:
-  """The checkpoints an evaluation's summary was played with (None: none recorded)."""
+def _recorded_play(summary_path: str) -> dict[str, Any] | None:
+  """The checkpoints and decoding an evaluation's summary was played with (None: none)."""
   if not os.path.exists(summary_path):
     return None
   with open(summary_path) as f:
-    return json.load(f).get("checkpoints")
+    summary = json.load(f)
+  return {"checkpoints": summary.get("checkpoints"), "decoding": summary.get("decoding")}
 
 
 def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, customer: str,
@@ -351,8 +352,9 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
                   ) -> dict[str, Any]:
   """Plays one (agent, customer) pair on held-out scenarios (once: its summary is kept); an
   ILQL agent decodes at the beta its checkpoint was selected with (compare.py's rule). The
-  summary is kept with the checkpoints it played, and played again when one changed.
-  A learned customer samples at `customer_temperature` (None: config.evaluation's)."""
+  summary is kept with the checkpoints and decoding it played, and played again when one
+  changed. A learned customer samples at `customer_temperature` (None: config.evaluation's)
+  with config.evaluation's min-p filter."""
   out_dir = os.path.join(workdir, "eval")
   beta = compare.selected_beta(_party(agent, config, workdir))
   tag = f"{agent}_vs_{customer.replace(':', '-').replace('/', '-')}"
@@ -362,27 +364,32 @@ def evaluate_pair(config: ml_collections.ConfigDict, workdir: str, agent: str, c
     customer_temperature = config.evaluation.customer_temperature
   else:
     tag += f"_cT{customer_temperature:g}"
+  min_p = config.evaluation.customer_min_p if customer_temperature > 0 else 0.0
   summary_path = os.path.join(out_dir, f"eval_{tag}.json")
-  checkpoints = {"agent": _checkpoint_of(agent, config, workdir),
-                 "customer": _checkpoint_of(customer, config, workdir)}
-  if _recorded_checkpoints(summary_path) != checkpoints:
+  decoding = {
+      "agent": {"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
+                "temperature": config.evaluation.agent_temperature},
+      "customer": {"max_new_tokens": config.evaluation.max_new_tokens,
+                   "temperature": customer_temperature, "min_p": min_p}}
+  played = {"checkpoints": {"agent": _checkpoint_of(agent, config, workdir),
+                            "customer": _checkpoint_of(customer, config, workdir)},
+            "decoding": decoding}
+  if _recorded_play(summary_path) != played:
     logging.info("stage evaluate %s vs %s (beta %g)", agent, customer, beta)
     summary = evaluate.evaluate(
         _party(agent, config, workdir), _party(customer, config, workdir),
         num_dialogues=num_dialogues, workdir=out_dir,
         batch_size=config.evaluation.batch_size, max_turns=config.evaluation.max_turns,
-        tag=tag, progress=True,
-        lm_options={"beta": beta, "max_new_tokens": config.evaluation.max_new_tokens,
-                    "temperature": config.evaluation.agent_temperature},
-        customer_lm_options={"max_new_tokens": config.evaluation.max_new_tokens,
-                             "temperature": customer_temperature})
-    files.write_json(summary_path, {**summary, "checkpoints": checkpoints}, indent=2)
+        tag=tag, progress=True, lm_options=decoding["agent"],
+        customer_lm_options=decoding["customer"])
+    files.write_json(summary_path, {**summary, **played}, indent=2)
   with open(summary_path) as f:
     summary = json.load(f)
   row = {"agent": agent, "customer": customer, "beta": beta,
          "agent_label": party_label(config, agent),
          "customer_label": party_label(config, customer) + (
-             f" (T = {customer_temperature:g})" if run_name(customer) in config.runs else ""),
+             f" (T = {customer_temperature:g}{f', min-p {min_p:g}' if min_p else ''})"
+             if run_name(customer) in config.runs else ""),
          **{k: summary[k] for k in ("n", "success_rate", "success_stderr", "mean_turns",
                                     "end_reasons")},
          **{k: summary.get(k) for k in ("booking_success", "booking_n", "mean_agent_turns",

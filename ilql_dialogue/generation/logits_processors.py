@@ -7,7 +7,7 @@ passes them to `jit` as traced arguments: new values (another beta, another
 forbidden set, freshly trained heads) reuse the compiled loop. Only the
 processor's type and structure are part of the compiled program.
 
-The filtering primitives (`apply_temperature`, `filter_top_k_top_p`) are the
+The filtering primitives (`apply_temperature`, `filter_top_k_top_p`, `filter_min_p`) are the
 ones the sampler itself uses, so a processor chain and the sampler's own
 parameters mean the same thing.
 """
@@ -79,6 +79,22 @@ def filter_top_k_top_p(logits_BxV: jax.Array, top_k_B: jax.Array,
   keep_B = jnp.maximum(keep_B, 1)
   threshold_B = jnp.take_along_axis(sorted_BxV, keep_B[:, None] - 1, axis=-1)
   return jnp.where(logits_BxV < threshold_B, NEG_INF, logits_BxV)
+
+
+def filter_min_p(logits_BxV: jax.Array, min_p_B: jax.Array) -> jax.Array:
+  """Sets to -inf each token less probable than min_p times its row's most probable one.
+
+  Min-p sampling (Nguyen et al. 2024): the cut scales with the model's
+  confidence, so a sampled simulator keeps its many ways of phrasing where the
+  distribution is flat and drops the long tail where one token (a name or
+  code it copies) dominates; a fixed nucleus keeps that tail. min_p <= 0
+  disables it for the row. In logit space the cut is max_logit + log(min_p),
+  so no sort is needed.
+  """
+  min_p_B = jnp.asarray(min_p_B, jnp.float32)
+  max_B = jnp.max(logits_BxV, axis=-1)
+  cut_B = jnp.where(min_p_B > 0, max_B + jnp.log(jnp.maximum(min_p_B, 1e-30)), NEG_INF)
+  return jnp.where(logits_BxV < cut_B[:, None], NEG_INF, logits_BxV)
 
 
 def row_values(value: Any, batch_size: int, dtype: Any) -> jax.Array:

@@ -78,22 +78,25 @@ class SamplingParams:
   temperature_B: jax.Array
   top_k_B: jax.Array
   top_p_B: jax.Array
+  min_p_B: jax.Array
   stop_tokens_BxK: jax.Array
   max_new_tokens_B: jax.Array
 
   @classmethod
   def make(cls, batch_size: int, *, max_new_tokens: Any, temperature: Any = 1.0,
-           top_k: Any = 0, top_p: Any = 1.0, stop_tokens: Any = ()) -> "SamplingParams":
+           top_k: Any = 0, top_p: Any = 1.0, min_p: Any = 0.0,
+           stop_tokens: Any = ()) -> "SamplingParams":
     """Scalars apply to every row; sequences give one value per row.
 
     `stop_tokens` is either a flat list of ids shared by all rows or one list
     per row (ragged lists are padded with -1). temperature 0 means greedy,
-    top_k 0 and top_p 1 mean no filtering.
+    top_k 0, top_p 1 and min_p 0 mean no filtering.
     """
     return cls(
         temperature_B=lp.row_values(temperature, batch_size, jnp.float32),
         top_k_B=lp.row_values(top_k, batch_size, jnp.int32),
         top_p_B=lp.row_values(top_p, batch_size, jnp.float32),
+        min_p_B=lp.row_values(min_p, batch_size, jnp.float32),
         stop_tokens_BxK=_stop_token_table(stop_tokens, batch_size),
         max_new_tokens_B=lp.row_values(max_new_tokens, batch_size, jnp.int32),
     )
@@ -259,7 +262,8 @@ def sample_from_logits(logits_BxV: jax.Array, params: SamplingParams,
 
   `rng` is one key, or B per-row keys (module docstring).
 
-  The sort behind top-k/top-p and the Gumbel noise behind sampling are
+  Filters apply after the temperature, as in transformers. The sort behind top-k/top-p and
+  the Gumbel noise behind sampling are
   skipped (`lax.cond` on traced flags) when no row needs them, so greedy
   decoding costs an argmax.
   """
@@ -271,6 +275,7 @@ def sample_from_logits(logits_BxV: jax.Array, params: SamplingParams,
       lambda x: lp.filter_top_k_top_p(x, params.top_k_B, params.top_p_B),
       lambda x: x,
       logits_BxV)
+  logits_BxV = lp.filter_min_p(logits_BxV, params.min_p_B)  # A max and a compare: no cond.
   greedy_B = params.temperature_B <= 0
   tokens_B = jax.lax.cond(
       jnp.all(greedy_B),
