@@ -20,6 +20,12 @@ plus two small pieces:
                 every state up to the marker; `head="shared"` the same with each return field
                 reading its departure field's values (calm/state.py SHARED_READINGS).
 
+With `config.model.copy_dim` the LM has a copy head (models/copy_head.py) whose sources are
+the tokens the agent did not write, as a BC agent's: the closing block's name is then copied
+from the customer's words, which a small LM otherwise writes from its vocabulary ("Gary White"
+for "Rachel White"). Planning's reward-token score reads the vocabulary logits alone, so it
+refuses such a model.
+
 The loss (`CALM.loss`) is next-token cross-entropy on BOTH roles' tokens (the LM is the policy
 on agent turns and the dynamics model on customer turns), plus `action_head_weight` times the
 head's cross-entropy against the expected action: every flight tied at the lowest price is
@@ -175,7 +181,6 @@ class CALM:
 
   def init(self, config: ml_collections.ConfigDict, rngs: nnx.Rngs) -> CALMModel:
     cfg = bc.model_config(config)
-    copy_head.refuse(cfg, "CALM")
     if not cfg.prefix_field_vocab_sizes:
       raise ValueError("CALM reads the table as a structured prefix: the task must have "
                        "context='prefix' (config.task.context)")
@@ -195,8 +200,13 @@ class CALM:
     prefix_BxPxD = model.embed_prefix(batch[bc.PREFIX_FIELDS], batch[REWARD])
     hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
                             prefix_BxPxD=prefix_BxPxD)
-    ce_BxT, correct_BxT = token_cross_entropy(model.logits, hidden_BxTxD[:, :-1],
-                                              tokens_BxT[:, 1:])
+    # With a copy head (config.model.copy_dim) every token may also point at an earlier token
+    # the agent did not write: the customer's words, which its name and airports come from.
+    ce_BxT, correct_BxT = token_cross_entropy(
+        model.logits, hidden_BxTxD[:, :-1], tokens_BxT[:, 1:],
+        score_fn=copy_head.sequence_score_fn(model, hidden_BxTxD, tokens_BxT,
+                                             copy_head.source_mask(mask_BxT,
+                                                                   batch["action_mask"])))
     speaker_BxT = batch["speaker_ids"][:, 1:]
     dialogue_BxT = mask_BxT[:, 1:] & (speaker_BxT != mdp.CONTEXT_SPEAKER)
     lm_loss, metrics = bc.weighted_metrics(ce_BxT, correct_BxT, dialogue_BxT)

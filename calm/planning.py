@@ -80,6 +80,7 @@ from ilql_dialogue.parties import make_party
 from ilql_dialogue.party_spec import PartySpec
 from ilql_dialogue.generation import logits_processors as lp
 from ilql_dialogue.generation import sampler
+from ilql_dialogue.models import copy_head
 from ilql_dialogue.models.kv_cache import KVCache, init_cache
 from ilql_dialogue.models.lm_loss import token_cross_entropy
 
@@ -281,6 +282,9 @@ class CALMPlanner:
       raise ValueError(f"CALM planning: n={n}, m={m}, h={h} must be >= 1")
     if score not in SCORES:
       raise ValueError(f"CALM planning score {score!r}: expected one of {SCORES}")
+    if score == "reward_token" and n > 1 and copy_head.of(party.decoder) is not None:
+      raise ValueError("CALM planning score=reward_token reads the vocabulary logits alone; "
+                       "a model with a copy head (config.model.copy_dim) needs score=head")
     if margin < 0 or (margin > 0 and not greedy):
       raise ValueError(f"CALM planning: margin={margin} must be >= 0, and is measured from the "
                        "greedy candidate (greedy=1)")

@@ -82,9 +82,9 @@ def tokenizer(tmp_path_factory):
   return load_tokenizer(os.path.join(root, "tokenizer"))
 
 
-def untrained_party(tokenizer, max_new_tokens=6):
+def untrained_party(tokenizer, max_new_tokens=6, copy_dim=0):
   c = toy._tiny_config(vocab=-(-tokenizer.vocab_size // 128) * 128)
-  c.model.max_seq_len = 256
+  c.model.update(max_seq_len=256, copy_dim=copy_dim)
   model = calm_model.CALM.from_config(c).init(c, nnx.Rngs(0))
   return LMParty(model, tokenizer, AGENT, include_context=False,
                             prefix_fields=airdialogue.table_fields, max_new_tokens=max_new_tokens,
@@ -151,6 +151,17 @@ def test_a_sampled_candidate_must_beat_the_greedy_one_by_the_margin(tokenizer, m
 
   monkeypatch.setattr(planning.CALMPlanner, "_score", score)
   _assert_said(planner, _play(planner, max_turns=2), picked)
+
+
+def test_an_agent_with_a_copy_head_plays_and_refuses_the_reward_token_score(tokenizer):
+  """The copy head decodes through the party's cache (the customer's words its sources); the
+  reward-token score reads the vocabulary logits alone, so planning with it is refused."""
+  party = untrained_party(tokenizer, copy_dim=8)
+  results = _play(planning.CALMPlanner(party, act="head"))
+  assert all(e.turns for e in results) and party.compactions == 0
+  with pytest.raises(ValueError, match="copy head"):
+    planning.CALMPlanner(untrained_party(tokenizer, copy_dim=8), n=2, score="reward_token")
+  planning.CALMPlanner(untrained_party(tokenizer, copy_dim=8), n=2, score="head")
 
 
 def test_a_margin_needs_the_greedy_candidate(tokenizer):

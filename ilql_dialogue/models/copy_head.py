@@ -58,9 +58,9 @@ class CopyHead(nnx.Module):
 
 def of(model: nnx.Module) -> CopyHead | None:
   """The copy head of a trunk, or of the LM inside a wrapper (a PrefixLM's `trunk`, a
-  trained policy's `policy`), else None."""
+  trained policy's `policy`, a CALM model's `lm`), else None."""
   head = getattr(model, "copy_head", None)
-  for inner in ("trunk", "policy"):
+  for inner in ("trunk", "policy", "lm"):
     if head is None and hasattr(model, inner):
       head = of(getattr(model, inner))
   return head
