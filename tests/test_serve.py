@@ -83,6 +83,17 @@ def test_a_seed_replays_and_no_seed_varies(chat):
   assert free[0]["text"] != free[1]["text"]
 
 
+def test_min_p_reaches_its_own_row(chat):
+  """min_p = 1 keeps only the likeliest token, so a sampled row answers as greedy does, beside
+  a row sampled without it in the same batch."""
+  greedy = chat.encode(_messages("hello"), **{**GREEDY, "max_tokens": 24})
+  cut = chat.encode(_messages("hello"), **{**SAMPLED, "max_tokens": 24, "min_p": 1.0})
+  free = chat.encode(_messages("hello"), **{**SAMPLED, "max_tokens": 24})
+  expected, = chat.complete_batch([greedy])
+  got, sampled = chat.complete_batch([cut, free])
+  assert got["text"] == expected["text"] and sampled["text"] != expected["text"]
+
+
 def test_a_stop_token_ends_its_row_and_is_not_in_the_text(chat):
   stops_at_once = copy.copy(chat)
   stops_at_once.stop_ids = list(range(len(chat.tokenizer)))  # Every token ends the reply.
@@ -112,6 +123,7 @@ def test_the_openai_client_talks_to_it(server, alone):
     (b'{"messages": [{"role": "user", "content": 3}]}', "string"),
     (b'{"messages": [], "temperature": -1}', "temperature"),
     (b'{"messages": [], "top_p": 0}', "top_p"),
+    (b'{"messages": [], "min_p": 1.5}', "min_p"),
     (b'{"messages": [], "max_tokens": 0}', "max_tokens"),
     (b'{"messages": [], "max_tokens": 1e999}', "bad request"),
     (b'{"messages": [], "seed": "seven"}', "not an integer"),

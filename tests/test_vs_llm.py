@@ -214,6 +214,7 @@ def test_sampling_options_take_the_api_defaults():
       "temperature": 1.0, "top_p": 1.0, "max_tokens": serve.DEFAULT_MAX_TOKENS, "seed": None}
   assert serve.sampling_options({"temperature": 0, "max_completion_tokens": 9, "seed": 4}) == {
       "temperature": 0.0, "top_p": 1.0, "max_tokens": 9, "seed": 4}
+  assert serve.sampling_options({"min_p": 0.1})["min_p"] == 0.1
 
 
 @pytest.fixture(scope="module")

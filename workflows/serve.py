@@ -15,13 +15,13 @@ template's end-of-turn or eos token).
 Requests that wait at the same moment are decoded together: a `MicroBatcher`
 hands them to one `ChatModel.complete_batch` call, which left-pads their
 prompts into one prefill and samples every row in one decode loop with its
-own temperature, top_p, token cap and key (a request with a seed draws its
+own temperature, top_p, min_p, token cap and key (a request with a seed draws its
 key from the seed, so it replays alone or in any batch). Compiled shapes stay
 few: prompt widths are multiples of `PROMPT_BUCKET`, the batch size and the
 decode buffer are powers of two.
 
-Request fields used: messages, temperature (0 = greedy), top_p, max_tokens
-(or max_completion_tokens), seed. Others are ignored. `GET /v1/models` lists
+Request fields used: messages, temperature (0 = greedy), top_p, min_p (as vLLM
+and llama.cpp's servers take it; 0 = off), max_tokens (or max_completion_tokens), seed. Others are ignored. `GET /v1/models` lists
 the one model. Errors are OpenAI-style `{"error": {"message", "type"}}`
 bodies. Listens on 127.0.0.1 unless a host is named.
 """
@@ -78,6 +78,7 @@ class Prompt:
   top_p: float
   max_tokens: int
   seed: int | None
+  min_p: float = 0.0
 
 
 class ChatModel:
@@ -96,7 +97,7 @@ class ChatModel:
     self._encode_lock = threading.Lock()
 
   def encode(self, messages: Sequence[Mapping[str, str]], *, temperature: float, top_p: float,
-             max_tokens: int, seed: int | None) -> Prompt:
+             max_tokens: int, seed: int | None, min_p: float = 0.0) -> Prompt:
     """The request as a batch row; ValueError when it cannot fit the model's context."""
     with self._encode_lock:
       ids = self.tokenizer.apply_chat_template(list(messages), tokenize=True,
@@ -107,13 +108,13 @@ class ChatModel:
     if len(ids) + max_tokens > self.max_seq_len:
       raise ValueError(f"the prompt's {len(ids)} tokens + max_tokens={max_tokens} exceed the "
                        f"model's context of {self.max_seq_len} tokens")
-    return Prompt(ids, temperature, top_p, max_tokens, seed)
+    return Prompt(ids, temperature, top_p, max_tokens, seed, min_p)
 
   def complete(self, messages: Sequence[Mapping[str, str]], *, temperature: float, top_p: float,
-               max_tokens: int, seed: int | None) -> dict[str, Any]:
+               max_tokens: int, seed: int | None, min_p: float = 0.0) -> dict[str, Any]:
     """{'text', 'finish_reason', 'prompt_tokens', 'completion_tokens'} of one reply."""
     prompt = self.encode(messages, temperature=temperature, top_p=top_p,
-                         max_tokens=max_tokens, seed=seed)
+                         max_tokens=max_tokens, seed=seed, min_p=min_p)
     return self.complete_batch([prompt])[0]
 
   def complete_batch(self, prompts: Sequence[Prompt]) -> list[dict[str, Any]]:
@@ -159,7 +160,8 @@ class ChatModel:
                             max_len=width + buffer)
     params = sampler.SamplingParams.make(
         rows, max_new_tokens=caps, temperature=[p.temperature for p in batch],
-        top_p=[p.top_p for p in batch], stop_tokens=self.stop_ids)
+        top_p=[p.top_p for p in batch], min_p=[p.min_p for p in batch],
+        stop_tokens=self.stop_ids)
     seeds = [next(self._seeds) if p.seed is None else p.seed for p in batch]
     _, out_BxN, _, lengths_B = sampler.generate(self.model, state, params, _row_keys(seeds),
                                                 max_new_tokens=buffer, pad_id=self.pad_id)
@@ -251,7 +253,8 @@ def sampling_options(request: Mapping[str, Any]) -> dict[str, Any]:
   """ChatModel.complete's keyword arguments from a request, with the API's defaults.
 
   ValueError (or TypeError) names a value out of range: temperature >= 0,
-  0 < top_p <= 1, max_tokens >= 1, an integer seed.
+  0 < top_p <= 1, 0 <= min_p <= 1, max_tokens >= 1, an integer seed. min_p is passed on only
+  where a request sets it (a chat model may take the OpenAI fields alone).
   """
   def given(*keys: str) -> Any:
     return next((request[k] for k in keys if request.get(k) is not None), None)
@@ -266,6 +269,11 @@ def sampling_options(request: Mapping[str, Any]) -> dict[str, Any]:
     raise ValueError(f"temperature={temperature} must be >= 0")
   if not 0 < options["top_p"] <= 1:
     raise ValueError(f"top_p={top_p} must be in (0, 1]")
+  min_p = given("min_p")
+  if min_p is not None:
+    options["min_p"] = float(min_p)
+    if not 0 <= options["min_p"] <= 1:
+      raise ValueError(f"min_p={min_p} must be in [0, 1]")
   if options["max_tokens"] < 1:
     raise ValueError(f"max_tokens={max_tokens} must be >= 1")
   return options
