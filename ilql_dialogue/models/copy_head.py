@@ -67,7 +67,7 @@ def of(model: nnx.Module) -> CopyHead | None:
 
 
 def refuse(cfg: ModelConfig, what: str) -> None:
-  """For models whose logits are read without the context (value heads, CALM's scorers)."""
+  """For models whose logits are read without the context (ILQL's and MC value's heads)."""
   if cfg.copy_dim:
     raise ValueError(f"{what} does not support a copy head (config.model.copy_dim="
                      f"{cfg.copy_dim}); train it without one")
