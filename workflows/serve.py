@@ -21,9 +21,10 @@ few: prompt widths are multiples of `PROMPT_BUCKET`, the batch size and the
 decode buffer are powers of two.
 
 Request fields used: messages, temperature (0 = greedy), top_p, min_p (as vLLM
-and llama.cpp's servers take it; 0 = off), max_tokens (or max_completion_tokens), seed. Others are ignored. `GET /v1/models` lists
-the one model. Errors are OpenAI-style `{"error": {"message", "type"}}`
-bodies. Listens on 127.0.0.1 unless a host is named.
+and llama.cpp's servers take it; 0 = off), max_tokens (or max_completion_tokens),
+seed. Others are ignored. `GET /v1/models` lists the one model. Errors are
+OpenAI-style `{"error": {"message", "type"}}` bodies. Listens on 127.0.0.1 unless
+a host is named.
 """
 
 from __future__ import annotations

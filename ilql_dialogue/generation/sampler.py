@@ -262,20 +262,20 @@ def sample_from_logits(logits_BxV: jax.Array, params: SamplingParams,
 
   `rng` is one key, or B per-row keys (module docstring).
 
-  Filters apply after the temperature, as in transformers. The sort behind top-k/top-p and
-  the Gumbel noise behind sampling are
-  skipped (`lax.cond` on traced flags) when no row needs them, so greedy
-  decoding costs an argmax.
+  Filters (top-k, top-p, min-p) apply after the temperature, as in transformers. They and
+  the Gumbel noise behind sampling are skipped (`lax.cond` on traced flags) when no row needs
+  them, so greedy decoding costs an argmax.
   """
   logits_BxV = lp.apply_temperature(logits_BxV.astype(jnp.float32), params.temperature_B)
   vocab = logits_BxV.shape[-1]
-  needs_filter = jnp.any(((params.top_k_B > 0) & (params.top_k_B < vocab)) | (params.top_p_B < 1.0))
+  needs_filter = jnp.any(((params.top_k_B > 0) & (params.top_k_B < vocab))
+                         | (params.top_p_B < 1.0) | (params.min_p_B > 0))
   logits_BxV = jax.lax.cond(
       needs_filter,
-      lambda x: lp.filter_top_k_top_p(x, params.top_k_B, params.top_p_B),
+      lambda x: lp.filter_min_p(lp.filter_top_k_top_p(x, params.top_k_B, params.top_p_B),
+                                params.min_p_B),
       lambda x: x,
       logits_BxV)
-  logits_BxV = lp.filter_min_p(logits_BxV, params.min_p_B)  # A max and a compare: no cond.
   greedy_B = params.temperature_B <= 0
   tokens_B = jax.lax.cond(
       jnp.all(greedy_B),
