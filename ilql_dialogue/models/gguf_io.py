@@ -98,9 +98,10 @@ def load_gguf_tokenizer(path: str | pathlib.Path, out_dir: str | pathlib.Path | 
   """The Hugging Face fast tokenizer stored in a GGUF file, saved to `out_dir` if given.
 
   Built by transformers' own GGUF tokenizer converter (ids equal to
-  `AutoTokenizer.from_pretrained(dir, gguf_file=name)`), but through the fast
-  tokenizer class directly: AutoTokenizer first parses the model config with
-  torch's GGUF loader, which is slower and needs torch. The saved directory
+  `AutoTokenizer.from_pretrained(dir, gguf_file=name)`), through the fast
+  tokenizer class directly, which skips AutoTokenizer's parse of the model
+  config. transformers' GGUF reader imports torch, so this needs torch
+  (requirements-dev.txt; `init_from.check_borrow` says so at start-up). The saved directory
   (tokenizer.json, tokenizer_config.json, chat template) is what
   `config.task.tokenizer` takes.
   """
