@@ -27,7 +27,7 @@ _TESTS = flags.DEFINE_list(
 _TEST_SEED = flags.DEFINE_integer("test_seed", 1000, "Scenario seed of the test dialogues.")
 _NUM_TEST = flags.DEFINE_integer("num_test", 200, "Test dialogues per customer.", lower_bound=2)
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Tracker seeds (init, batch order).")
-_STEPS = flags.DEFINE_integer("steps", 2000, "Tracker updates.", lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 1500, "Tracker updates.", lower_bound=1)
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Dialogues per update.", lower_bound=1)
 _LR = flags.DEFINE_float("learning_rate", 3e-3, "AdamW's learning rate.")
 _OUTPUT = flags.DEFINE_string("output", "", "Where to write the JSON report.")
