@@ -33,6 +33,7 @@ from flax import nnx
 from flax.nnx import traversals
 
 from calm import state
+from data_pipelines.tokenization import load_tokenizer
 from domains.airdialogue import environment as airdialogue_env, task as airdialogue_task
 from domains.airdialogue.parties import AGENT, CUSTOMER
 from ilql_dialogue import bc, restore
@@ -163,7 +164,6 @@ class OurTrunk(Trunk):
   """A workdir's trunk (its selected checkpoint) in the agent's layout."""
 
   def __init__(self, workdir: str):
-    from data_pipelines.tokenization import load_tokenizer
     config = restore.read_config(workdir)
     model, step = restore.restore_model(workdir, config)
     self.model = getattr(model, "lm", model)
@@ -202,13 +202,15 @@ class SmolLM2Trunk(Trunk):
     nnx.replace_by_pure_dict(params, traversals.unflatten_mapping(weights, sep="."))
     self.model = nnx.merge(graphdef, params)
     self.tokenizer = source.tokenizer
+    self.heads = {speaker: self.tokenizer(f"{label}:", add_special_tokens=False).input_ids
+                  for speaker, label in self.SPEAKERS.items()}  # Each turn's "Customer:" ids.
     self.name = f"smollm2:{num_layers}"
     self._run = _jit_trunk(self.model)
 
   def rows(self, played: Played) -> tuple[list[int], list[bool]]:
     ids, reads = [], []
     for speaker, text in played.turns:
-      head = self.tokenizer(f"{self.SPEAKERS[speaker]}:", add_special_tokens=False).input_ids
+      head = self.heads[speaker]
       body = self.tokenizer(f" {text}\n", add_special_tokens=False).input_ids
       ids += head + body
       reads += [False] * len(head) + [speaker == CUSTOMER] * len(body)
