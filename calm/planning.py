@@ -25,6 +25,15 @@ forbidden for that row this turn: the LM has to say something else, which after 
 is a question. The tracker's posterior decides *whether* the agent may close, the LM *what* it
 asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions). 0: no gate.
 
+Reading the intent with a frozen pretrained model (`reader=DIR`, act=head): the closing status
+and flight come from the same solver over the posterior of a tracker on SmolLM2's frozen states
+(calm/frozen_tracker.py, trained by `experiments.frozen_tracker`) instead of the CALM model's own
+head; it reads the dialogue so far as plain text. The LM still writes every word; where the
+reader has a name pointer (calm/frozen_tracker.NameHead) the block's name is the span of the
+customer's words it points at, else the name the LM wrote.
+With `blend=1` the two trackers' posteriors are multiplied field by field and renormalized (a
+product of experts: each field believes what both readings allow).
+
 Choosing the question (`score=ask`, act=head, ask=P, n=N > 1): the LM alone, held back,
 does not ask for what is missing; it repeats itself (docs/RESULTS.md). So the tracker also
 picks *what* to ask. Each turn the LM writes N candidates (candidate 0 greedy, the others at
@@ -55,7 +64,8 @@ history once. Shapes stay fixed between turns (SCORE_BUCKET, FORBID_WIDTH, sampl
 nothing recompiles per turn. Roles are enforced while imagining as in a real dialogue
 (forbidden_token_ids): no speaking for the other side, no customer action markers.
 
-Spec (`make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A:]PATH`, PATH a
+Spec (`make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A,ask=P,
+reader=DIR,blend=B:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -70,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from calm import actions, model as calm_model, state
+from calm import actions, frozen_tracker, model as calm_model, state
 from data_pipelines.airdialogue import action_grammar, customers, schema
 from data_pipelines.dialogue import Turn
 from domains.airdialogue.parties import AGENT, CUSTOMER
@@ -87,9 +97,10 @@ from ilql_dialogue.models.lm_loss import token_cross_entropy
 SCORES = ("reward_token", "head", "ask")
 ACTS = ("lm", "head")
 DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
-                ask=0.0)
+                ask=0.0, reader="", blend=0)
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
-                   greedy="greedy_candidate", margin="margin", act="action", ask="ask")
+                   greedy="greedy_candidate", margin="margin", act="action", ask="ask",
+                   reader="reader", blend="blend")
 # The fields a closing action needs the customer to have said (calm/state.py TRACKED).
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
@@ -203,6 +214,18 @@ def decision_logits(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens
 
 
 @jax.jit
+def tracked_log_p(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
+                  mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers
+                  ) -> list[jax.Array]:
+  """The state head's per-field log posteriors at each row's `[action]` marker, as
+  decision_logits reads them before solving."""
+  hidden_BxTxD, _ = model(tokens_BxT, bc.positions_from_mask(mask_BxT), mask_BxT,
+                          prefix_BxPxD=model.embed_prefix(fields_BxPxF))
+  return model.action_head.tracked(hidden_BxTxD, mask_BxT, position_B,
+                                   state.others_reads(tokens_BxT, mask_BxT, *speakers))
+
+
+@jax.jit
 def tracker_confidence(model: calm_model.CALMModel, fields_BxPxF: jax.Array, tokens_BxT: jax.Array,
                        mask_BxT: jax.Array, position_B: jax.Array, speakers: Speakers
                        ) -> jax.Array:
@@ -272,7 +295,8 @@ class CALMPlanner:
 
   def __init__(self, party: LMParty, n: int = 1, m: int = 1, h: int = 6,
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
-               margin: float = 0.0, act: str = "lm", ask: float = 0.0):
+               margin: float = 0.0, act: str = "lm", ask: float = 0.0,
+               reader: str | frozen_tracker.FrozenTracker = "", blend: int = 0):
     if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -297,12 +321,21 @@ class CALMPlanner:
     if score == "ask" and not (ask and n > 1):
       raise ValueError(f"CALM score=ask picks among n > 1 candidates where the gate ask=P > 0 "
                        f"holds; got n={n}, ask={ask}")
+    if reader and act != "head":
+      raise ValueError("CALM reader=DIR gives the closing action's status and flight: it needs "
+                       "act=head")
+    if blend and (not reader or not isinstance(party.decoder.action_head, state.StateHead)):
+      raise ValueError("CALM blend=1 multiplies a frozen reader's posterior (reader=DIR) with "
+                       "the model's own state head's")
     if ask and not isinstance(party.decoder.action_head, state.StateHead):
       raise ValueError("CALM ask needs a state head (algorithm.head=state or pooled)")
     # score=ask imagines nothing: one replica per candidate.
     self.m = 1 if score == "ask" else m
     self.party, self.n, self.h, self.score, self.act = party, n, h, score, act
     self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
+    self.reader = (frozen_tracker.FrozenTracker.load(reader) if isinstance(reader, str) and reader
+                   else reader or None)
+    self.blend = bool(blend)
     self.role = party.role
     self.replicas = n * self.m if n > 1 else 1
     tok = party.tokenizer
@@ -359,7 +392,7 @@ class CALMPlanner:
       raise ValueError(f"CALMPlanner.respond: {len(histories)} histories for {self._batch} rows "
                        "(reset)")
     replies = self._plan(histories)
-    return self._act_from_head(replies) if self.act == "head" else replies
+    return self._act_from_head(replies, histories) if self.act == "head" else replies
 
   def _plan(self, histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
     batch, r = self._batch, self.replicas
@@ -448,9 +481,11 @@ class CALMPlanner:
     self._sync(picks)
     return replies
 
-  def _act_from_head(self, replies: list[str | None]) -> list[str | None]:
-    """`replies` with each parsed action block's status and flight the head's (module
-    docstring). Every row is read, acting or not, so the shapes are the batch's."""
+  def _act_from_head(self, replies: list[str | None],
+                     histories: Sequence[Sequence[Turn] | None]) -> list[str | None]:
+    """`replies` with each parsed action block's status and flight the head's, or with
+    `reader` the frozen tracker's (module docstring). The model's head reads every row, acting
+    or not, so the shapes are the batch's; the frozen tracker reads the acting rows."""
     party, tok, r = self.party, self.party.tokenizer, self.replicas
     self.head_actions = [None] * self._batch
     said: dict[int, schema.Action] = {}
@@ -466,15 +501,35 @@ class CALMPlanner:
       position_B[b] = len(party.token_ids[b * r]) - len(ids) + ids.index(self._open_marker)
     if not said:
       return replies
-    rows = [party.token_ids[b * r] for b in range(self._batch)]
-    tokens_BxT, mask_BxT = padded(
-        rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
-    logits_BxA = decision_logits(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
-                                 tokens_BxT, mask_BxT, position_B, self._speakers)
-    class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
+    if self.reader is not None:
+      acting = sorted(said)
+      read_p, read_names = self.reader.read(
+          [[(t.speaker, t.text) for t in histories[b] or ()] for b in acting])
+      log_p = [jnp.asarray(x) for x in read_p]
+      names = dict(zip(acting, read_names))
+      fields_NxPxF = jnp.asarray(party.prefix_fields_BxPxF[::r][acting])
+      if self.blend:  # The model reads every row, as below: the batch's shapes.
+        rows = [party.token_ids[b * r] for b in range(self._batch)]
+        tokens_BxT, mask_BxT = padded(
+            rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
+        own = tracked_log_p(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
+                            tokens_BxT, mask_BxT, position_B, self._speakers)
+        log_p = [jax.nn.log_softmax(a + b[np.asarray(acting)], axis=-1)
+                 for a, b in zip(log_p, own)]
+      logits_NxA = state.solve(log_p, fields_NxPxF)
+      class_B = np.zeros(self._batch, np.int64)
+      class_B[acting] = np.asarray(jnp.argmax(logits_NxA, axis=-1))
+    else:
+      names = {}
+      rows = [party.token_ids[b * r] for b in range(self._batch)]
+      tokens_BxT, mask_BxT = padded(
+          rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
+      logits_BxA = decision_logits(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
+                                   tokens_BxT, mask_BxT, position_B, self._speakers)
+      class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
     replies = list(replies)
     for b, action in said.items():
-      chosen = actions.class_action(int(class_B[b]), name=action.name)
+      chosen = actions.class_action(int(class_B[b]), name=names.get(b) or action.name)
       replies[b] = action_grammar.replace_action(replies[b], chosen)
       self.head_actions[b] = (action, chosen)
       for i in range(b * r, (b + 1) * r):  # The party checks the next history against it.
@@ -573,7 +628,7 @@ class CALMPlanner:
 
 
 OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
-           "margin": float, "act": str, "ask": float}
+           "margin": float, "act": str, "ask": float, "reader": str, "blend": int}
 
 
 def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:

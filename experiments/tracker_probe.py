@@ -1,6 +1,7 @@
 """A fresh intent tracker on frozen trunk states, read on each kind of customer.
 
     python -m experiments.tracker_probe --trunks=ours:runs/quickstart/dialogue_lm,smollm2:30
+    python -m experiments.tracker_probe --trunks=calm:runs/quickstart/calm_agent
 
 Prints, per trunk, the joint and mean field accuracy (mean +- s.e. over tracker seeds) on
 new scenarios in the training families, the held-out families and the people-like customers,
@@ -13,7 +14,7 @@ from absl import flags
 from data_pipelines import cli, files
 from workflows import tracker_probe
 
-_TRUNKS = flags.DEFINE_list("trunks", None, "ours:WORKDIR or smollm2:LAYERS, each.",
+_TRUNKS = flags.DEFINE_list("trunks", None, "ours:WORKDIR, calm:WORKDIR (its own tracker, read as is) or smollm2:LAYERS, each.",
                             required=True)
 _TRAIN = flags.DEFINE_string("train_customer", "scripted:any/train",
                              "The customer spec of the tracker's training dialogues.")

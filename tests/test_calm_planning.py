@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 import test_calm_model as toy
-from calm import actions, model as calm_model, planning
+from calm import actions, model as calm_model, planning, state
 from data_pipelines.airdialogue import action_grammar, schema
 from data_pipelines.tokenization import load_tokenizer
 from domains.airdialogue import environment as airdialogue_env
@@ -206,6 +206,69 @@ def test_head_action_takes_status_and_flight_from_the_head_and_the_name_from_the
     assert said == "Done. " + action_grammar.format_action(chosen)
     assert result.action == chosen
     assert planner.head_actions[b] == (schema.Action("book", "Ann Lee", (1003,)), chosen)
+
+
+class IntentReader:
+  """A stand-in frozen tracker that reads each acting row's true intent, one-hot, and the
+  given names, and records the dialogues it was given."""
+
+  def __init__(self, scenarios, names=None):
+    self.codes_NxK = np.stack([state.intent_codes(s.intent) for s in scenarios])
+    self.names = names or [None] * len(scenarios)
+    self.seen = []
+
+  def read(self, dialogues):
+    self.seen.append([list(d) for d in dialogues])
+    return [np.where(np.arange(size)[None] == self.codes_NxK[:len(dialogues), k, None], 0.0,
+                     state.NEG).astype(np.float32)
+            for k, (_, size) in enumerate(state.TRACKED)], self.names[:len(dialogues)]
+
+
+def test_a_frozen_reader_gives_the_closing_status_and_flight_the_name_from_the_lm(tokenizer):
+  text = "Done. [action] status=book flight=1003 name= Ann Lee [/action]"
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+  reader = IntentReader(scenarios)
+  planner = planning.CALMPlanner(saying(untrained_party(tokenizer), text), act="head",
+                                 reader=reader)
+  results = _play(planner, max_turns=2)
+  assert len(reader.seen) == 1  # One call, at the closing turn, for both rows.
+  for b, (result, scenario) in enumerate(zip(results, scenarios)):
+    expected = scenario.expected_action
+    assert result.action.status == expected.status and result.action.name == "Ann Lee"
+    assert set(result.action.flights) <= set(expected.flights)
+    assert len(result.action.flights) == min(1, len(expected.flights))
+    customer_turn = result.turns[0]
+    assert reader.seen[0][b] == [(customer_turn.speaker, customer_turn.text)]
+
+
+def test_a_reader_with_a_name_pointer_gives_the_closing_name(tokenizer):
+  text = "Done. [action] status=book flight=1003 name= Ann Lee [/action]"
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+  reader = IntentReader(scenarios, names=["mary jones", None])
+  planner = planning.CALMPlanner(saying(untrained_party(tokenizer), text), act="head",
+                                 reader=reader)
+  results = _play(planner, max_turns=2)
+  assert [r.action.name for r in results] == ["mary jones", "Ann Lee"]  # None: the LM's.
+
+
+def test_a_blended_reader_multiplies_the_two_trackers_posteriors(tokenizer):
+  """The reader one-hot on the truth: the product is the truth wherever the model's own
+  (untrained) head gives it any weight, so the blended action is the reader's alone."""
+  text = "Done. [action] status=book flight=1003 name= Ann Lee [/action]"
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+  planner = planning.CALMPlanner(saying(state_head_party(tokenizer), text), act="head",
+                                 reader=IntentReader(scenarios), blend=1)
+  for result, scenario in zip(_play(planner, max_turns=2), scenarios):
+    assert result.action.status == scenario.expected_action.status
+    assert set(result.action.flights) <= set(scenario.expected_action.flights)
+  with pytest.raises(ValueError, match="blend=1 multiplies"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", blend=1)
+
+
+def test_a_frozen_reader_needs_the_head_action(tokenizer):
+  with pytest.raises(ValueError, match="reader=DIR .* needs act=head"):
+    planning.CALMPlanner(untrained_party(tokenizer), act="lm",
+                         reader=IntentReader(airdialogue_env.make_scenarios(1000, 1, 30)))
 
 
 @pytest.mark.parametrize("text", ["Let me check that for you.",
