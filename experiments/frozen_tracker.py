@@ -1,11 +1,13 @@
 """Trains the intent tracker on SmolLM2's frozen states that a CALM agent can close with.
 
-    python -m experiments.frozen_tracker --layers=6 --out=runs/reader6
-    python -m experiments.evaluate --agent=calm:act=head,reader=runs/reader6:runs/quickstart/calm_agent
+    python -m experiments.frozen_tracker --layers=12 --out=runs/reader12
+    python -m experiments.evaluate --customer=people:partial --workdir=runs/reader_eval \
+        --agent=calm:n=1,act=head,reader=runs/reader12,blend=1:runs/quickstart/calm_agent
 
-Fits CALM's pooled state head on SmolLM2-135M's first --layers layers over oracle dialogues
-(calm/frozen_tracker.py, workflows/tracker_probe.fit_reader), saves it to --out, and prints its
-field and joint accuracies on validation scenarios (seed 2000).
+Fits CALM's pooled state head and a name pointer on SmolLM2-135M's first --layers layers over
+oracle dialogues (calm/frozen_tracker.py, workflows/tracker_probe.fit_reader), saves them to
+--out, and prints their field, joint and name accuracies on validation scenarios (seed 2000).
+Needs torch and the SmolLM2 file (`make dev`).
 """
 
 from absl import flags
@@ -14,7 +16,7 @@ from data_pipelines import cli, files
 from workflows import tracker_probe
 
 _OUT = flags.DEFINE_string("out", None, "Directory the tracker is saved to.", required=True)
-_LAYERS = flags.DEFINE_integer("layers", 6, "SmolLM2 layers read (of 30).", lower_bound=1)
+_LAYERS = flags.DEFINE_integer("layers", 12, "SmolLM2 layers read (of 30).", lower_bound=1)
 _TRAIN = flags.DEFINE_string("train_customer", "scripted:any/train",
                              "The customer spec of the training dialogues.")
 _TRAIN_SEED = flags.DEFINE_integer("train_seed", 3000, "Scenario seed of the training dialogues.")

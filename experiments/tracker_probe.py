@@ -14,8 +14,9 @@ from absl import flags
 from data_pipelines import cli, files
 from workflows import tracker_probe
 
-_TRUNKS = flags.DEFINE_list("trunks", None, "ours:WORKDIR, calm:WORKDIR (its own tracker, read as is) or smollm2:LAYERS, each.",
-                            required=True)
+_TRUNKS = flags.DEFINE_list(
+    "trunks", None, "ours:WORKDIR, calm:WORKDIR (its own tracker, read as is) or "
+    "smollm2:LAYERS, each.", required=True)
 _TRAIN = flags.DEFINE_string("train_customer", "scripted:any/train",
                              "The customer spec of the tracker's training dialogues.")
 # Apart from the corpora (0, 1), checkpoint selection (2000) and reported evaluations (1000).

@@ -68,6 +68,8 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       margin=0.0,  # How much a sampled candidate must outscore the greedy one to replace it.
       action="head",  # "lm" | "head": who picks the closing block's status and flight.
       ask=0.0,  # > 0: the state head gates closing (calm/planning.py, Asking; RESULTS.md: no gain).
+      reader="",  # A frozen reader's directory (calm/frozen_tracker.py) for the closing action.
+      blend=0,  # 1: the reader's posterior times the state head's (calm/planning.py).
   ))
 
 
