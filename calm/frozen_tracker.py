@@ -95,10 +95,12 @@ class Trunk:
               batch: Sequence[Any]) -> jax.Array:
     raise NotImplementedError
 
-  def encode(self, dialogues: Sequence[Any]) -> Encoded:
+  def encode(self, dialogues: Sequence[Any],
+             rows: Sequence[tuple[list[int], list[bool]]] | None = None) -> Encoded:
     """Batches of similar length (sorted), each padded to its own multiple of LENGTH_STEP;
-    a width's first batch runs twice, so its compilation is not timed."""
-    rows = [self.rows(d) for d in dialogues]
+    a width's first batch runs twice, so its compilation is not timed. `rows`: the
+    dialogues' `rows`, where the caller already has them."""
+    rows = [self.rows(d) for d in dialogues] if rows is None else rows
     reads_width = _round_up(max(1, max(sum(reads) for _, reads in rows)))
     hidden = np.zeros((len(rows), reads_width, self.cfg.d_model), np.float32)
     mask = np.zeros((len(rows), reads_width), bool)
@@ -193,32 +195,43 @@ def new_head(cfg: ModelConfig, seed: int) -> state.StateHead:
   return state.StateHead(head_cfg, rngs=nnx.Rngs(seed), pooled=True, shared=True, reads="all")
 
 
+def _fit(head: nnx.Module, loss_fn: Callable[[nnx.Module, jax.Array], jax.Array],
+         num_rows: int, *, steps: int, batch_size: int, learning_rate: float,
+         seed: int) -> nnx.Module:
+  """AdamW on `loss_fn(head, index_B)` over `steps` batches of rows drawn without replacement;
+  nothing is read back inside the loop."""
+  optimizer = nnx.Optimizer(head, optax.adamw(learning_rate, weight_decay=1e-4), wrt=nnx.Param)
+
+  @nnx.jit
+  def step(head, optimizer, index_B):
+    loss, grads = nnx.value_and_grad(loss_fn)(head, index_B)
+    optimizer.update(head, grads)
+    return loss
+
+  rng = np.random.default_rng(seed)
+  index_SxB = jnp.asarray(np.stack([rng.choice(num_rows, batch_size, replace=False)
+                                    for _ in range(steps)]))
+  for index_B in index_SxB:
+    step(head, optimizer, index_B)
+  return head
+
+
 def train_head(train: Encoded, codes_NxK: np.ndarray, cfg: ModelConfig, *, steps: int,
                batch_size: int, learning_rate: float, seed: int
                ) -> tuple[state.StateHead, Standardizer]:
   """A fresh pooled tracker fitted to `train`'s states and intent codes, and its standardizer."""
   standardize = Standardizer.fit(train)
-  head = new_head(cfg, seed)
-  optimizer = nnx.Optimizer(head, optax.adamw(learning_rate, weight_decay=1e-4), wrt=nnx.Param)
   hidden = jnp.asarray(standardize(train.hidden_NxTxD))
   mask, codes = jnp.asarray(train.mask_NxT), jnp.asarray(codes_NxK)
 
-  @nnx.jit
-  def step(head, optimizer, index_B):
-    def loss_fn(head):
-      mask_BxT = mask[index_B]
-      log_p = head.tracked(hidden[index_B], mask_BxT, jnp.full(index_B.shape, mask.shape[1] - 1),
-                           None)
-      return state.tracking_loss(log_p, codes[index_B], jnp.ones(index_B.shape, bool))[0]
-    loss, grads = nnx.value_and_grad(loss_fn)(head)
-    optimizer.update(head, grads)
-    return loss
+  def loss_fn(head, index_B):
+    mask_BxT = mask[index_B]
+    log_p = head.tracked(hidden[index_B], mask_BxT, jnp.full(index_B.shape, mask.shape[1] - 1),
+                         None)
+    return state.tracking_loss(log_p, codes[index_B], jnp.ones(index_B.shape, bool))[0]
 
-  rng = np.random.default_rng(seed)
-  index_SxB = jnp.asarray(np.stack([rng.choice(len(codes_NxK), batch_size, replace=False)
-                                    for _ in range(steps)]))
-  for index_B in index_SxB:  # Nothing read back inside the loop.
-    step(head, optimizer, index_B)
+  head = _fit(new_head(cfg, seed), loss_fn, len(codes_NxK), steps=steps, batch_size=batch_size,
+              learning_rate=learning_rate, seed=seed)
   return head, standardize
 
 
@@ -284,31 +297,21 @@ def train_name_head(train: Encoded, standardize: Standardizer, starts_NxT: np.nd
                     seed: int) -> NameHead:
   """A fresh NameHead fitted to the mentions' starts and ends (rows with none carry no loss):
   each row's loss is -log of the probability on any of its starts, and of its ends."""
-  head = NameHead(train.hidden_NxTxD.shape[-1], rngs=nnx.Rngs(seed))
-  optimizer = nnx.Optimizer(head, optax.adamw(learning_rate, weight_decay=1e-4), wrt=nnx.Param)
   hidden = jnp.asarray(standardize(train.hidden_NxTxD))
   mask = jnp.asarray(train.mask_NxT)
   starts, ends = jnp.asarray(starts_NxT), jnp.asarray(ends_NxT)
-  has_B = jnp.asarray(starts_NxT.any(1) & ends_NxT.any(1))
+  has_N = jnp.asarray(starts_NxT.any(1) & ends_NxT.any(1))
 
-  @nnx.jit
-  def step(head, optimizer, index_B):
-    def loss_fn(head):
-      log_start_BxT, log_end_BxT = head(hidden[index_B], mask[index_B])
-      gold = lambda log_p, at: jax.nn.logsumexp(jnp.where(at[index_B], log_p, -jnp.inf), axis=1)
-      valid_B = has_B[index_B]
-      nll_B = -(gold(log_start_BxT, starts) + gold(log_end_BxT, ends))
-      return jnp.sum(jnp.where(valid_B, nll_B, 0.0)) / jnp.maximum(valid_B.sum(), 1)
-    loss, grads = nnx.value_and_grad(loss_fn)(head)
-    optimizer.update(head, grads)
-    return loss
+  def loss_fn(head, index_B):
+    log_start_BxT, log_end_BxT = head(hidden[index_B], mask[index_B])
+    gold = lambda log_p, at: jax.nn.logsumexp(jnp.where(at[index_B], log_p, -jnp.inf), axis=1)
+    valid_B = has_N[index_B]
+    nll_B = -(gold(log_start_BxT, starts) + gold(log_end_BxT, ends))
+    return jnp.sum(jnp.where(valid_B, nll_B, 0.0)) / jnp.maximum(valid_B.sum(), 1)
 
-  rng = np.random.default_rng(seed)
-  index_SxB = jnp.asarray(np.stack([rng.choice(len(starts_NxT), batch_size, replace=False)
-                                    for _ in range(steps)]))
-  for index_B in index_SxB:
-    step(head, optimizer, index_B)
-  return head
+  return _fit(NameHead(train.hidden_NxTxD.shape[-1], rngs=nnx.Rngs(seed)), loss_fn,
+              len(starts_NxT), steps=steps, batch_size=batch_size, learning_rate=learning_rate,
+              seed=seed)
 
 
 MAX_NAME_TOKENS = 8
@@ -365,13 +368,13 @@ class FrozenTracker:
     """(one [N, V] log posterior per TRACKED field, each dialogue's name as the customer wrote
     it: None without a name pointer or where the customer said nothing)."""
     wrapped = [_Dialogue(tuple(turns)) for turns in dialogues]
-    encoded = self.trunk.encode(wrapped)
+    tokenized = [self.trunk.tokenize(d) for d in wrapped]
+    encoded = self.trunk.encode(wrapped, [(ids, reads) for ids, reads, _ in tokenized])
     log_p = read(self.head, self.standardize, encoded)
     if self.name_head is None:
       return log_p, [None] * len(wrapped)
-    spans = [self.trunk.tokenize(d)[2] for d in wrapped]
-    return log_p, extract_names(self.name_head, self.standardize, encoded, spans,
-                                [d.turns for d in wrapped])
+    return log_p, extract_names(self.name_head, self.standardize, encoded,
+                                [spans for _, _, spans in tokenized], [d.turns for d in wrapped])
 
   def tracked(self, dialogues: Sequence[Turns]) -> list[np.ndarray]:
     return self.read(dialogues)[0]

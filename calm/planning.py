@@ -501,32 +501,27 @@ class CALMPlanner:
       position_B[b] = len(party.token_ids[b * r]) - len(ids) + ids.index(self._open_marker)
     if not said:
       return replies
-    if self.reader is not None:
-      acting = sorted(said)
+    rows = [party.token_ids[b * r] for b in range(self._batch)]
+    tokens_BxT, mask_BxT = padded(
+        rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
+    fields_BxPxF = jnp.asarray(party.prefix_fields_BxPxF[::r])
+    names: dict[int, str | None] = {}
+    if self.reader is None:
+      logits_BxA = decision_logits(party.decoder, fields_BxPxF, tokens_BxT, mask_BxT, position_B,
+                                   self._speakers)
+      class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
+    else:
+      acting = np.asarray(sorted(said))
       read_p, read_names = self.reader.read(
           [[(t.speaker, t.text) for t in histories[b] or ()] for b in acting])
+      names = dict(zip(acting.tolist(), read_names))
       log_p = [jnp.asarray(x) for x in read_p]
-      names = dict(zip(acting, read_names))
-      fields_NxPxF = jnp.asarray(party.prefix_fields_BxPxF[::r][acting])
-      if self.blend:  # The model reads every row, as below: the batch's shapes.
-        rows = [party.token_ids[b * r] for b in range(self._batch)]
-        tokens_BxT, mask_BxT = padded(
-            rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
-        own = tracked_log_p(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
-                            tokens_BxT, mask_BxT, position_B, self._speakers)
-        log_p = [jax.nn.log_softmax(a + b[np.asarray(acting)], axis=-1)
-                 for a, b in zip(log_p, own)]
-      logits_NxA = state.solve(log_p, fields_NxPxF)
+      if self.blend:  # The model reads every row, as decision_logits does: the batch's shapes.
+        own = tracked_log_p(party.decoder, fields_BxPxF, tokens_BxT, mask_BxT, position_B,
+                            self._speakers)
+        log_p = [jax.nn.log_softmax(x + y[acting], axis=-1) for x, y in zip(log_p, own)]
       class_B = np.zeros(self._batch, np.int64)
-      class_B[acting] = np.asarray(jnp.argmax(logits_NxA, axis=-1))
-    else:
-      names = {}
-      rows = [party.token_ids[b * r] for b in range(self._batch)]
-      tokens_BxT, mask_BxT = padded(
-          rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
-      logits_BxA = decision_logits(party.decoder, jnp.asarray(party.prefix_fields_BxPxF[::r]),
-                                   tokens_BxT, mask_BxT, position_B, self._speakers)
-      class_B = np.asarray(jnp.argmax(logits_BxA, axis=-1))
+      class_B[acting] = np.asarray(jnp.argmax(state.solve(log_p, fields_BxPxF[acting]), axis=-1))
     replies = list(replies)
     for b, action in said.items():
       chosen = actions.class_action(int(class_B[b]), name=names.get(b) or action.name)

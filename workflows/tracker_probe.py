@@ -237,11 +237,13 @@ def fit_reader(out: str, *, num_layers: int, train_customer: str, train_seed: in
   trunk = frozen_tracker.SmolLM2Trunk(num_layers)
   began = time.perf_counter()
   train_dialogues = play(train_customer, train_seed, num_train)
-  train = trunk.encode(train_dialogues)
+  tokenized = [trunk.tokenize(d) for d in train_dialogues]
+  train = trunk.encode(train_dialogues, [(ids, reads) for ids, reads, _ in tokenized])
   head, standardize = frozen_tracker.train_head(
       train, codes(train_dialogues), trunk.cfg, steps=steps, batch_size=batch_size,
       learning_rate=learning_rate, seed=seed)
-  starts, ends = name_targets(trunk, train_dialogues, train.mask_NxT.shape[1])
+  starts, ends = name_targets(train_dialogues, [spans for _, _, spans in tokenized],
+                              train.mask_NxT.shape[1])
   name_head = frozen_tracker.train_name_head(
       train, standardize, starts, ends, steps=steps, batch_size=batch_size,
       learning_rate=learning_rate, seed=seed)
@@ -260,9 +262,10 @@ def fit_reader(out: str, *, num_layers: int, train_customer: str, train_seed: in
   return report
 
 
-def name_targets(trunk: frozen_tracker.SmolLM2Trunk, dialogues: Sequence[Played], width: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
-  """starts_NxT, ends_NxT: where each dialogue's customer mentions their name."""
-  pairs = [frozen_tracker.name_targets(trunk.tokenize(d)[2], d.turns, d.name, width)
-           for d in dialogues]
+def name_targets(dialogues: Sequence[Played], spans: Sequence[Sequence[tuple[int, int, int]]],
+                 width: int) -> tuple[np.ndarray, np.ndarray]:
+  """starts_NxT, ends_NxT: where each dialogue's customer mentions their name (`spans`: each
+  dialogue's read positions, SmolLM2Trunk.tokenize)."""
+  pairs = [frozen_tracker.name_targets(s, d.turns, d.name, width)
+           for d, s in zip(dialogues, spans)]
   return np.stack([a for a, _ in pairs]), np.stack([b for _, b in pairs])
