@@ -33,6 +33,10 @@ reader has a name pointer (calm/frozen_tracker.NameHead) the block's name is the
 customer's words it points at, else the name the LM wrote.
 With `blend=1` the two trackers' posteriors are multiplied field by field and renormalized (a
 product of experts: each field believes what both readings allow).
+With `gate=reader` (ask=P) the gate reads the frozen reader's posterior instead of the model's
+own head: the reader sees the customer's words and no table, so its doubt about a field is
+doubt about what the customer said (the model's head reads the dates off the table, where the
+generator puts them, before the customer says them).
 
 Choosing the question (`score=ask`, act=head, ask=P, n=N > 1): the LM alone, held back,
 does not ask for what is missing; it repeats itself (docs/RESULTS.md). So the tracker also
@@ -65,7 +69,7 @@ nothing recompiles per turn. Roles are enforced while imagining as in a real dia
 (forbidden_token_ids): no speaking for the other side, no customer action markers.
 
 Spec (`make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A,ask=P,
-reader=DIR,blend=B:]PATH`, PATH a
+reader=DIR,blend=B,gate=G:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -96,11 +100,12 @@ from ilql_dialogue.models.lm_loss import token_cross_entropy
 
 SCORES = ("reward_token", "head", "ask")
 ACTS = ("lm", "head")
+GATES = ("words", "reader")  # What the ask gate reads: the model's head, or the frozen reader.
 DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
-                ask=0.0, reader="", blend=0)
+                ask=0.0, reader="", blend=0, gate="words")
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
                    greedy="greedy_candidate", margin="margin", act="action", ask="ask",
-                   reader="reader", blend="blend")
+                   reader="reader", blend="blend", gate="gate")
 # The fields a closing action needs the customer to have said (calm/state.py TRACKED).
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
@@ -296,7 +301,8 @@ class CALMPlanner:
   def __init__(self, party: LMParty, n: int = 1, m: int = 1, h: int = 6,
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
                margin: float = 0.0, act: str = "lm", ask: float = 0.0,
-               reader: str | frozen_tracker.FrozenTracker = "", blend: int = 0):
+               reader: str | frozen_tracker.FrozenTracker = "", blend: int = 0,
+               gate: str = "words"):
     if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -329,13 +335,16 @@ class CALMPlanner:
                        "the model's own state head's")
     if ask and not isinstance(party.decoder.action_head, state.StateHead):
       raise ValueError("CALM ask needs a state head (algorithm.head=state or pooled)")
+    if gate not in GATES or (gate == "reader" and not (reader and ask)):
+      raise ValueError(f"CALM gate={gate!r}: one of {GATES}; 'reader' reads the frozen reader "
+                       "(reader=DIR) for the ask gate (ask=P > 0)")
     # score=ask imagines nothing: one replica per candidate.
     self.m = 1 if score == "ask" else m
     self.party, self.n, self.h, self.score, self.act = party, n, h, score, act
     self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
     self.reader = (frozen_tracker.FrozenTracker.load(reader) if isinstance(reader, str) and reader
                    else reader or None)
-    self.blend = bool(blend)
+    self.blend, self.gate = bool(blend), gate
     self.role = party.role
     self.replicas = n * self.m if n > 1 else 1
     tok = party.tokenizer
@@ -436,7 +445,13 @@ class CALMPlanner:
     hold_B = np.zeros(self._batch, bool)
     confidence_BxK = np.ones((self._batch, len(ASK_FIELDS)))
     gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])]
-    if gated:
+    if gated and self.gate == "reader":
+      read_p, _ = self.reader.read([[(t.speaker, t.text) for t in histories[b]] for b in gated])
+      confidence_BxK[gated] = np.stack(
+          [np.exp(np.max(read_p[state.TRACKED_NAMES.index(f)], axis=-1)) for f in ASK_FIELDS],
+          axis=1)
+      hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
+    elif gated:
       rows = [party.token_ids[b * r] + (party._new_tokens(b * r, histories[b]) if b in live
                                         else []) for b in range(self._batch)]
       tokens_BxT, mask_BxT = padded(
@@ -623,7 +638,8 @@ class CALMPlanner:
 
 
 OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
-           "margin": float, "act": str, "ask": float, "reader": str, "blend": int}
+           "margin": float, "act": str, "ask": float, "reader": str, "blend": int,
+           "gate": str}
 
 
 def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:

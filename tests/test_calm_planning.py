@@ -352,6 +352,35 @@ def test_the_ask_gate_forbids_the_action_markers_where_the_tracker_is_unsure(tok
     planning.CALMPlanner(untrained_party(tokenizer), act="lm", ask=0.5)
 
 
+class UnsureReader(IntentReader):
+  """IntentReader, but spread evenly over every value of row 0's fields: it does not know."""
+
+  def read(self, dialogues):
+    log_p, names = super().read(dialogues)
+    for x in log_p:
+      x[0] = -np.log(x.shape[-1])
+    return log_p, names
+
+
+def test_the_reader_gate_holds_the_rows_whose_reader_is_unsure(tokenizer, monkeypatch):
+  """`gate=reader`: the ask gate reads the frozen reader (no table) on the dialogue so far, not
+  the model's head; the row it is unsure of may not close this turn, the other may."""
+  party = state_head_party(tokenizer)
+  monkeypatch.setattr(planning, "words_confidence", lambda *a: pytest.fail("read the head"))
+  reader = UnsureReader(airdialogue_env.make_scenarios(1000, 2, 30))
+  planner = planning.CALMPlanner(party, act="head", ask=0.5, reader=reader, gate="reader")
+  _play(planner, max_turns=2)
+  markers = {tokenizer.marker_ids[t] for t in ("[action]", "[/action]")}
+  forbidden = np.asarray(party._batch_hook.token_ids_BxK)
+  assert markers <= set(forbidden[0].tolist()) and not markers & set(forbidden[1].tolist())
+  assert planner.held_back == 1 and len(reader.seen[0]) == 2
+  assert all(turns and turns[0][0] == CUSTOMER for turns in reader.seen[0])
+  with pytest.raises(ValueError, match="gate='reader'"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, gate="reader")
+  with pytest.raises(ValueError, match="gate='table'"):
+    planning.CALMPlanner(party, act="head", ask=0.5, reader=reader, gate="table")
+
+
 def test_question_scores_weigh_what_each_candidate_asks_by_the_trackers_doubt():
   """A candidate scores the doubt (1 - confidence) of the fields its questions ask about; one
   that asks nothing the tracker needs, offers a flight or closes scores 0."""

@@ -70,6 +70,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       ask=0.0,  # > 0: the state head gates closing (calm/planning.py, Asking; RESULTS.md: no gain).
       reader="",  # A frozen reader's directory (calm/frozen_tracker.py) for the closing action.
       blend=0,  # 1: the reader's posterior times the state head's (calm/planning.py).
+      gate="words",  # What the ask gate reads: "words" (the model's head) or "reader".
   ))
 
 
