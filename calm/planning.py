@@ -450,7 +450,6 @@ class CALMPlanner:
       confidence_BxK[gated] = np.stack(
           [np.exp(np.max(read_p[state.TRACKED_NAMES.index(f)], axis=-1)) for f in ASK_FIELDS],
           axis=1)
-      hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
     elif gated:
       rows = [party.token_ids[b * r] + (party._new_tokens(b * r, histories[b]) if b in live
                                         else []) for b in range(self._batch)]
@@ -459,7 +458,7 @@ class CALMPlanner:
       position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
       confidence_BxK = words_confidence(party.decoder, party.prefix_fields_BxPxF[::r],
                                         tokens_BxT, mask_BxT, position_B, self._speakers)
-      hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
+    hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
     rows = self._batch * r
     base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
     markers_Rx2 = np.where(np.repeat(hold_B, r)[:, None],
