@@ -324,11 +324,13 @@ def _name_scores(head: NameHead, hidden_BxTxD: jax.Array, mask_BxT: jax.Array):
 
 def extract_names(head: NameHead, standardize: Standardizer, encoded: Encoded,
                   spans: Sequence[Sequence[tuple[int, int, int]]], turns: Sequence[Turns]
-                  ) -> list[str | None]:
-  """Each dialogue's likeliest span (start, then the best end within MAX_NAME_TOKENS of it in
-  the same turn) as the customer wrote it, trimmed of spaces and punctuation; None where the
-  customer said nothing."""
-  names = []
+                  ) -> tuple[list[str | None], np.ndarray]:
+  """(each dialogue's likeliest span (start, then the best end within MAX_NAME_TOKENS of it in
+  the same turn) as the customer wrote it, trimmed of spaces and punctuation, None where the
+  customer said nothing; confidence_N, the lower of the pointer's probabilities of that start
+  and that end, 0 where None). The pointer is trained only where a name was said, so where
+  none was its end is spread over the words: the confidence says whether a name was given."""
+  names, confidence = [], np.zeros(len(encoded.mask_NxT))
   for start in range(0, len(encoded.mask_NxT), 64):
     part = slice(start, start + 64)
     log_start, log_end = (np.asarray(x) for x in _name_scores(
@@ -346,7 +348,8 @@ def extract_names(head: NameHead, standardize: Standardizer, encoded: Encoded,
       last = max(window, key=lambda j: le_T[j])
       text = turns[i][turn][1][spans[i][first][1]:spans[i][last][2]]
       names.append(text.strip(" \t\n.,;:!?'\"") or None)
-  return names
+      confidence[i] = np.exp(min(ls_T[first], le_T[last])) if names[-1] else 0.0
+  return names, confidence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -364,17 +367,24 @@ class FrozenTracker:
     self.trunk, self.head, self.standardize = trunk, head, standardize
     self.name_head = name_head
 
-  def read(self, dialogues: Sequence[Turns]) -> tuple[list[np.ndarray], list[str | None]]:
+  def read(self, dialogues: Sequence[Turns], name_confidence: bool = False
+           ) -> tuple[list[np.ndarray], list[str | None]] | tuple[
+               list[np.ndarray], list[str | None], np.ndarray]:
     """(one [N, V] log posterior per TRACKED field, each dialogue's name as the customer wrote
-    it: None without a name pointer or where the customer said nothing)."""
+    it: None without a name pointer or where the customer said nothing), and with
+    `name_confidence` the pointer's confidence_N in each name (extract_names)."""
     wrapped = [_Dialogue(tuple(turns)) for turns in dialogues]
     tokenized = [self.trunk.tokenize(d) for d in wrapped]
     encoded = self.trunk.encode(wrapped, [(ids, reads) for ids, reads, _ in tokenized])
     log_p = read(self.head, self.standardize, encoded)
     if self.name_head is None:
+      if name_confidence:
+        raise ValueError("FrozenTracker.read(name_confidence=True) needs a name pointer")
       return log_p, [None] * len(wrapped)
-    return log_p, extract_names(self.name_head, self.standardize, encoded,
-                                [spans for _, _, spans in tokenized], [d.turns for d in wrapped])
+    names, confidence_N = extract_names(self.name_head, self.standardize, encoded,
+                                        [spans for _, _, spans in tokenized],
+                                        [d.turns for d in wrapped])
+    return (log_p, names, confidence_N) if name_confidence else (log_p, names)
 
   def tracked(self, dialogues: Sequence[Turns]) -> list[np.ndarray]:
     return self.read(dialogues)[0]

@@ -23,7 +23,9 @@ Asking (`ask=P`, act=head): before each agent turn the state head reads the dial
 airports, dates) has a value it believes with probability >= P, the `[action]` marker is
 forbidden for that row this turn: the LM has to say something else, which after its training
 is a question. The tracker's posterior decides *whether* the agent may close, the LM *what* it
-asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions). 0: no gate.
+asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions), and once the
+agent has offered a flight or gone to search (a held-back LM has nothing left to ask there).
+0: no gate.
 
 Reading the intent with a frozen pretrained model (`reader=DIR`, act=head): the closing status
 and flight come from the same solver over the posterior of a tracker on SmolLM2's frozen states
@@ -47,6 +49,16 @@ hand-written reading of an agent's questions) cover the most of the tracker's do
 sum over the ASK_FIELDS it asks about of 1 - P(the tracker's value); ties and rows the gate
 lets through say candidate 0. The LM writes every word; the tracker and a keyword reader choose
 among its replies. Nothing is imagined (m and h are unused).
+With `once=1` a field the agent has already asked about (its past questions read by
+`customers.understand`) no longer holds the gate nor counts as doubt when a question is picked:
+asking again gets the same answer, so a reader unsure of a form it never read costs one
+question per field, not a question each turn until `ASK_TURNS`.
+With `name=1` (gate=reader) the gate also holds while the reader's name pointer doubts that the
+customer has said a name (its confidence, calm/frozen_tracker.extract_names, below P): a
+customer who gives the name only when asked is asked for it before the block names someone.
+With `keep=1` (score=ask) a held row whose candidates ask about none of the doubt says one that
+asks something rather than one that searches, offers or closes: a search or an offer ends the
+gate (Asking, above), and the next turn's candidates may ask what this turn's did not.
 
 Score (`score`), both computed by one call (`rollout_scores`):
 
@@ -102,16 +114,21 @@ SCORES = ("reward_token", "head", "ask")
 ACTS = ("lm", "head")
 GATES = ("words", "reader")  # What the ask gate reads: the model's head, or the frozen reader.
 DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
-                ask=0.0, reader="", blend=0, gate="words")
+                ask=0.0, reader="", blend=0, gate="words", once=0, keep=0, name=0)
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
                    greedy="greedy_candidate", margin="margin", act="action", ask="ask",
-                   reader="reader", blend="blend", gate="gate")
+                   reader="reader", blend="blend", gate="gate", once="ask_once",
+                   keep="keep_asking", name="ask_name")
 # The fields a closing action needs the customer to have said (calm/state.py TRACKED).
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
+# The gate's columns: ASK_FIELDS, then whether the customer has said a name (name=1; else 1).
+GATE_FIELDS = ASK_FIELDS + ("name",)
 ASK_TURNS = 8  # Agent turns after which the gate no longer holds the action back.
+KEEP_BONUS = 1e-3  # keep=1: below any doubt a question covers, above none.
 # What each question the customers understand (customers.understand) asks the tracker about.
 ASKED_FIELDS = {customers.GOAL: ("goal",),
+                customers.NAME: ("name",),
                 customers.AIRPORTS: ("departure_airport", "return_airport"),
                 customers.DATES: ("departure_month", "departure_day", "return_month",
                                   "return_day")}
@@ -263,12 +280,12 @@ def words_confidence(model: calm_model.CALMModel, fields_BxPxF: np.ndarray, toke
 def question_scores(candidates: Sequence[str | None], confidence_K: np.ndarray) -> np.ndarray:
   """score_N: how much of the tracker's doubt (1 - confidence, per ASK_FIELDS) the questions of
   each candidate reply cover (module docstring, Choosing the question)."""
-  doubt = dict(zip(ASK_FIELDS, 1.0 - np.asarray(confidence_K, np.float64)))
+  doubt = dict(zip(GATE_FIELDS, 1.0 - np.asarray(confidence_K, np.float64)))
   scores = np.zeros(len(candidates))
   for j, text in enumerate(candidates):
     move = customers.understand(text or "")
     if move.kind == "questions":
-      scores[j] = sum(doubt[f] for slot in move.slots for f in ASKED_FIELDS.get(slot, ()))
+      scores[j] = sum(doubt.get(f, 0.0) for slot in move.slots for f in ASKED_FIELDS.get(slot, ()))
   return scores
 
 
@@ -302,7 +319,7 @@ class CALMPlanner:
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
                margin: float = 0.0, act: str = "lm", ask: float = 0.0,
                reader: str | frozen_tracker.FrozenTracker = "", blend: int = 0,
-               gate: str = "words"):
+               gate: str = "words", once: int = 0, keep: int = 0, name: int = 0):
     if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -338,13 +355,23 @@ class CALMPlanner:
     if gate not in GATES or (gate == "reader" and not (reader and ask)):
       raise ValueError(f"CALM gate={gate!r}: one of {GATES}; 'reader' reads the frozen reader "
                        "(reader=DIR) for the ask gate (ask=P > 0)")
+    if once and not ask:
+      raise ValueError("CALM once=1 releases the ask gate's fields the agent has asked about: "
+                       "it needs the gate (ask=P > 0)")
+    if keep and score != "ask":
+      raise ValueError("CALM keep=1 prefers a question among the candidates of a held row: it "
+                       "needs score=ask")
     # score=ask imagines nothing: one replica per candidate.
     self.m = 1 if score == "ask" else m
     self.party, self.n, self.h, self.score, self.act = party, n, h, score, act
     self.greedy, self.margin, self.ask = bool(greedy), float(margin), float(ask)
     self.reader = (frozen_tracker.FrozenTracker.load(reader) if isinstance(reader, str) and reader
                    else reader or None)
-    self.blend, self.gate = bool(blend), gate
+    if name and (gate != "reader" or getattr(self.reader, "name_head", True) is None):
+      raise ValueError("CALM name=1 holds the gate while the reader's name pointer doubts that a "
+                       "name was said: it needs gate=reader and a reader with a name pointer")
+    self.blend, self.gate, self.once, self.keep = bool(blend), gate, bool(once), bool(keep)
+    self.name = bool(name)
     self.role = party.role
     self.replicas = n * self.m if n > 1 else 1
     tok = party.tokenizer
@@ -443,11 +470,16 @@ class CALMPlanner:
     party, tok, r = self.party, self.party.tokenizer, self.replicas
     live = [b for b, h in enumerate(histories) if h is not None and not party._ended[b * r]]
     hold_B = np.zeros(self._batch, bool)
-    confidence_BxK = np.ones((self._batch, len(ASK_FIELDS)))
+    confidence_BxK = np.ones((self._batch, len(GATE_FIELDS)))
+    k = len(ASK_FIELDS)
     gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])]
     if gated and self.gate == "reader":
-      read_p, _ = self.reader.read([[(t.speaker, t.text) for t in histories[b]] for b in gated])
-      confidence_BxK[gated] = np.stack(
+      read = self.reader.read([[(t.speaker, t.text) for t in histories[b]] for b in gated],
+                              **({"name_confidence": True} if self.name else {}))
+      read_p = read[0]
+      if self.name:
+        confidence_BxK[gated, k] = read[2]
+      confidence_BxK[gated, :k] = np.stack(
           [np.exp(np.max(read_p[state.TRACKED_NAMES.index(f)], axis=-1)) for f in ASK_FIELDS],
           axis=1)
     elif gated:
@@ -456,8 +488,11 @@ class CALMPlanner:
       tokens_BxT, mask_BxT = padded(
           rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
       position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
-      confidence_BxK = words_confidence(party.decoder, party.prefix_fields_BxPxF[::r],
+      confidence_BxK[:, :k] = words_confidence(party.decoder, party.prefix_fields_BxPxF[::r],
                                         tokens_BxT, mask_BxT, position_B, self._speakers)
+    if gated and self.once:  # A field the agent has asked about no longer holds the gate.
+      confidence_BxK[gated] = np.maximum(confidence_BxK[gated],
+                                         [self._asked(histories[b]) for b in gated])
     hold_B[gated] = confidence_BxK[gated].min(axis=1) < self.ask
     rows = self._batch * r
     base = np.atleast_1d(np.asarray(self._base_hook.token_ids_BxK))
@@ -475,6 +510,14 @@ class CALMPlanner:
     return any(t.speaker == self.role and customers.understand(t.text).kind in ("proposal", "wait")
                for t in history)
 
+  def _asked(self, history: Sequence[Turn]) -> np.ndarray:
+    """asked_K: 1 for each GATE_FIELDS field the agent's questions so far have asked about (read
+    by `customers.understand`, as the customers read them), else 0 (module docstring, once)."""
+    asked = {f for t in history if t.speaker == self.role
+             for move in [customers.understand(t.text)] if move.kind == "questions"
+             for slot in move.slots for f in ASKED_FIELDS.get(slot, ())}
+    return np.asarray([f in asked for f in GATE_FIELDS], np.float64)
+
   def _pick_question(self, replies_R: list[str | None], hold_B: np.ndarray,
                      confidence_BxK: np.ndarray) -> list[str | None]:
     """score=ask: each held row says its candidate that asks about most of the tracker's
@@ -488,6 +531,9 @@ class CALMPlanner:
       self.candidates[b] = replies_R[b * r:(b + 1) * r]
       scores_N = (question_scores(self.candidates[b], confidence_BxK[b]) if hold_B[b]
                   else np.zeros(r))
+      if hold_B[b] and self.keep:  # Ties: a question before a search, an offer or a close.
+        scores_N += KEEP_BONUS * np.asarray(
+            [customers.understand(c or "").kind == "questions" for c in self.candidates[b]])
       j = int(np.argmax(scores_N))  # Ties: the first, the greedy candidate.
       self.scores[b], self.picked[b] = scores_N.tolist(), j
       picks[b * r:(b + 1) * r] = b * r + j
@@ -638,7 +684,7 @@ class CALMPlanner:
 
 OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
            "margin": float, "act": str, "ask": float, "reader": str, "blend": int,
-           "gate": str}
+           "gate": str, "once": int, "keep": int, "name": int}
 
 
 def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:

@@ -13,6 +13,7 @@ from flax import nnx
 import test_calm_model as toy
 from calm import actions, model as calm_model, planning, state
 from data_pipelines.airdialogue import action_grammar, schema
+from data_pipelines.dialogue import Turn
 from data_pipelines.tokenization import load_tokenizer
 from domains.airdialogue import environment as airdialogue_env
 from domains.airdialogue import task as airdialogue
@@ -379,6 +380,96 @@ def test_the_reader_gate_holds_the_rows_whose_reader_is_unsure(tokenizer, monkey
     planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, gate="reader")
   with pytest.raises(ValueError, match="gate='table'"):
     planning.CALMPlanner(party, act="head", ask=0.5, reader=reader, gate="table")
+
+
+def test_once_releases_the_fields_the_agent_has_asked_about(tokenizer):
+  """`once=1`: a field the agent's questions have asked about no longer holds the gate nor
+  counts as doubt; the row still holds while a doubted field is unasked, and frees when all
+  are asked. Without once the same questions change nothing."""
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+
+  def gate(once, questions):
+    planner = planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5,
+                                   reader=UnsureReader(scenarios), gate="reader", once=once)
+    planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
+    history = [Turn(CUSTOMER, "Hi."), *(t for q in questions
+                                        for t in (Turn(AGENT, q), Turn(CUSTOMER, "Ok.")))]
+    return planner._gate([history, [Turn(CUSTOMER, "Hi.")]])
+
+  dates = [f for f in planning.ASK_FIELDS if f.endswith(("_month", "_day"))]
+  hold_B, confidence_BxK = gate(1, ["What are your travel dates?"])
+  assert hold_B.tolist() == [True, False]
+  for k, f in enumerate(planning.ASK_FIELDS):
+    assert (confidence_BxK[0, k] == 1.0) == (f in dates), f
+  hold_B, _ = gate(1, ["How can I help you?", "What are your travel dates?",
+                       "Where are you flying from and to?"])
+  assert hold_B.tolist() == [False, False]
+  hold_B, confidence_BxK = gate(0, ["How can I help you?", "What are your travel dates?",
+                                    "Where are you flying from and to?"])
+  assert hold_B.tolist() == [True, False] and confidence_BxK[0, :-1].max() < 0.5
+  with pytest.raises(ValueError, match="once=1"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", once=1)
+
+
+class NamelessReader(IntentReader):
+  """IntentReader whose name pointer doubts row 0's name (confidence 0.1), not row 1's."""
+
+  def read(self, dialogues, name_confidence=False):
+    log_p, names = super().read(dialogues)
+    return (log_p, names, np.asarray([0.1, 0.99])[:len(dialogues)]) if name_confidence else (
+        log_p, names)
+
+
+def test_name_holds_the_gate_until_the_customer_has_said_a_name(tokenizer):
+  """`name=1`: a row whose reader is sure of the trip but doubts that a name was said may not
+  close; with once=1, having asked for the name frees it; a candidate asking for the name
+  covers that doubt."""
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+
+  def gate(once, questions):
+    planner = planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5,
+                                   reader=NamelessReader(scenarios), gate="reader", name=1,
+                                   once=once)
+    planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
+    history = [Turn(CUSTOMER, "Hi."), *(t for q in questions
+                                        for t in (Turn(AGENT, q), Turn(CUSTOMER, "Ok.")))]
+    return planner._gate([history, history])
+
+  hold_B, confidence_BxK = gate(0, [])
+  assert hold_B.tolist() == [True, False]
+  assert confidence_BxK[0, -1] == pytest.approx(0.1) and confidence_BxK[0, :-1].min() == 1.0
+  assert planning.question_scores(["May I know your name?", "What are your dates?"],
+                                  confidence_BxK[0]).tolist() == pytest.approx([0.9, 0.0])
+  assert gate(1, ["May I know your name?"])[0].tolist() == [False, False]
+  assert gate(0, ["May I know your name?"])[0].tolist() == [True, False]
+  with pytest.raises(ValueError, match="name=1"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5,
+                         reader=NamelessReader(scenarios), name=1)
+
+
+def test_keep_says_a_question_rather_than_a_search_where_no_candidate_covers_the_doubt(
+    tokenizer):
+  """`keep=1`: a held row whose candidates ask about none of the doubt says the first one that
+  asks something, not the greedy search; a question that covers doubt still wins, and a row
+  the gate lets through still says candidate 0."""
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+  k = len(planning.ASK_FIELDS)
+
+  def pick(keep, candidates, hold):
+    planner = planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, n=3,
+                                   score="ask", keep=keep)
+    planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
+    planner._sync = lambda picks: None
+    confidence_BxK = np.full((2, k), 0.3)
+    return planner._pick_question(candidates * 2, np.asarray([hold, False]), confidence_BxK)
+
+  search = ["Please wait a moment.", "Do you prefer any airline?", "Any class preference?"]
+  assert pick(1, search, True) == [search[1], search[0]]
+  assert pick(0, search, True) == [search[0], search[0]]
+  airports = ["Please wait a moment.", "Any class preference?", "Where are you flying from?"]
+  assert pick(1, airports, True)[0] == airports[2]
+  with pytest.raises(ValueError, match="keep=1"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, keep=1)
 
 
 def test_question_scores_weigh_what_each_candidate_asks_by_the_trackers_doubt():

@@ -84,7 +84,17 @@ def test_the_name_pointer_learns_to_copy_names_it_never_saw(smollm2):
     head = (frozen_tracker.train_name_head(encoded, standardize, starts, ends, steps=steps,
                                            batch_size=32, learning_rate=3e-3, seed=0)
             if steps else frozen_tracker.NameHead(trunk.cfg.d_model, rngs=nnx.Rngs(0)))
-    names = frozen_tracker.extract_names(head, standardize, test_encoded, spans,
-                                         [d.turns for d in test])
+    names, confidence_N = frozen_tracker.extract_names(head, standardize, test_encoded, spans,
+                                                       [d.turns for d in test])
     right[steps] = np.mean([(n or "").lower() == d.name.lower() for n, d in zip(names, test)])
   assert right[0] < 0.2 and right[300] > 0.7, right
+  # Its confidence says whether a name was said: high on the dialogues, low on openings
+  # that give none.
+  nameless = [types.SimpleNamespace(turns=(("customer", text),)) for text in (
+      "Hello. Can you cancel my flight?", "I need to book a flight ticket to JFK.",
+      "I live in Atlanta and I am going to Orlando to see my son.", "Hi there.")]
+  _, nameless_N = frozen_tracker.extract_names(
+      head, standardize, trunk.encode(nameless), [trunk.tokenize(d)[2] for d in nameless],
+      [d.turns for d in nameless])
+  assert np.median(confidence_N) > 0.8 and nameless_N.max() < np.median(confidence_N) - 0.3, (
+      confidence_N, nameless_N)

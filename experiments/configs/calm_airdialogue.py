@@ -71,6 +71,8 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       reader="",  # A frozen reader's directory (calm/frozen_tracker.py) for the closing action.
       blend=0,  # 1: the reader's posterior times the state head's (calm/planning.py).
       gate="words",  # What the ask gate reads: "words" (the model's head) or "reader".
+      ask_once=0,  # 1: a field the agent has asked about no longer holds the gate.
+      keep_asking=0,  # 1: a held row says a question rather than a search (score="ask").
   ))
 
 
