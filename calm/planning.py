@@ -24,7 +24,9 @@ airports, dates) has a value it believes with probability >= P, the `[action]` m
 forbidden for that row this turn: the LM has to say something else, which after its training
 is a question. The tracker's posterior decides *whether* the agent may close, the LM *what* it
 asks. From `ASK_TURNS` agent turns on the gate is open (no endless questions), and once the
-agent has offered a flight or gone to search (a held-back LM has nothing left to ask there).
+agent has offered a flight or gone to search (a held-back LM has nothing left to ask there),
+or once the row's context has no room left for a question, its answer and a closing
+(ROOM_REPLIES): a row held past that would end without a closing block.
 0: no gate.
 
 Reading the intent with a frozen pretrained model (`reader=DIR`, act=head): the closing status
@@ -125,6 +127,9 @@ ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", 
 # The gate's columns: ASK_FIELDS, then whether the customer has said a name (name=1; else 1).
 GATE_FIELDS = ASK_FIELDS + ("name",)
 ASK_TURNS = 8  # Agent turns after which the gate no longer holds the action back.
+# The gate holds a row only while its context has room for this reply, the customer's answer
+# and a closing reply (each budgeted max_new_tokens): a row held past that ends unclosed.
+ROOM_REPLIES = 3
 KEEP_BONUS = 1e-3  # keep=1: below any doubt a question covers, above none.
 # What each question the customers understand (customers.understand) asks the tracker about.
 ASKED_FIELDS = {customers.GOAL: ("goal",),
@@ -472,7 +477,10 @@ class CALMPlanner:
     hold_B = np.zeros(self._batch, bool)
     confidence_BxK = np.ones((self._batch, len(GATE_FIELDS)))
     k = len(ASK_FIELDS)
-    gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])]
+    lengths_B = np.asarray(party._state.lengths_B)[::r]
+    gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])
+             and lengths_B[b] + len(party._new_tokens(b * r, histories[b]))
+             + ROOM_REPLIES * party.max_new_tokens <= party.row_limit]
     if gated and self.gate == "reader":
       read = self.reader.read([[(t.speaker, t.text) for t in histories[b]] for b in gated],
                               **({"name_confidence": True} if self.name else {}))

@@ -394,7 +394,9 @@ def test_once_releases_the_fields_the_agent_has_asked_about(tokenizer):
     planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
     history = [Turn(CUSTOMER, "Hi."), *(t for q in questions
                                         for t in (Turn(AGENT, q), Turn(CUSTOMER, "Ok.")))]
-    return planner._gate([history, [Turn(CUSTOMER, "Hi.")]])
+    histories = [history, [Turn(CUSTOMER, "Hi.")]]
+    planner.load_histories(histories)
+    return planner._gate(histories)
 
   dates = [f for f in planning.ASK_FIELDS if f.endswith(("_month", "_day"))]
   hold_B, confidence_BxK = gate(1, ["What are your travel dates?"])
@@ -433,6 +435,7 @@ def test_name_holds_the_gate_until_the_customer_has_said_a_name(tokenizer):
     planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
     history = [Turn(CUSTOMER, "Hi."), *(t for q in questions
                                         for t in (Turn(AGENT, q), Turn(CUSTOMER, "Ok.")))]
+    planner.load_histories([history, history])
     return planner._gate([history, history])
 
   hold_B, confidence_BxK = gate(0, [])
@@ -445,6 +448,22 @@ def test_name_holds_the_gate_until_the_customer_has_said_a_name(tokenizer):
   with pytest.raises(ValueError, match="name=1"):
     planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5,
                          reader=NamelessReader(scenarios), name=1)
+
+
+def test_the_gate_lets_a_row_close_whose_context_has_no_room_for_another_question(tokenizer):
+  """A held row needs room for this reply, the answer and a closing (ROOM_REPLIES replies of
+  max_new_tokens); one position less and the gate lets it close rather than end unclosed."""
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+  planner = planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5,
+                                 reader=UnsureReader(scenarios), gate="reader")
+  planner.reset([s.context(AGENT) for s in scenarios], [0, 1])
+  history = [Turn(CUSTOMER, "Hi, I would like to book a flight from Boston to Denver, please.")]
+  party = planner.party
+  needed = (int(np.asarray(party._state.lengths_B)[0]) + len(party._new_tokens(0, history))
+            + planning.ROOM_REPLIES * party.max_new_tokens)
+  for row_limit, held in ((needed, True), (needed - 1, False)):
+    party.row_limit = row_limit
+    assert planner._gate([history, history])[0].tolist() == [held, False]
 
 
 def test_keep_says_a_question_rather_than_a_search_where_no_candidate_covers_the_doubt(
