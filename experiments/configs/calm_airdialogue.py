@@ -73,6 +73,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       gate="words",  # What the ask gate reads: "words" (the model's head) or "reader".
       ask_once=0,  # 1: a field the agent has asked about no longer holds the gate.
       keep_asking=0,  # 1: a held row says a question rather than a search (score="ask").
+      ask_name=0,  # 1: the gate also holds while the reader's name pointer doubts a name.
   ))
 
 
