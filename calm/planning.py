@@ -478,9 +478,10 @@ class CALMPlanner:
     confidence_BxK = np.ones((self._batch, len(GATE_FIELDS)))
     k = len(ASK_FIELDS)
     lengths_B = np.asarray(party._state.lengths_B)[::r]
+    blocks = {b: party._new_tokens(b * r, histories[b]) for b in live}  # Tokenized once.
     gated = [b for b in live if self._turns[b] < ASK_TURNS and not self._offered(histories[b])
-             and lengths_B[b] + len(party._new_tokens(b * r, histories[b]))
-             + ROOM_REPLIES * party.max_new_tokens <= party.row_limit]
+             and lengths_B[b] + len(blocks[b]) + ROOM_REPLIES * party.max_new_tokens
+             <= party.row_limit]
     if gated and self.gate == "reader":
       read = self.reader.read([[(t.speaker, t.text) for t in histories[b]] for b in gated],
                               **({"name_confidence": True} if self.name else {}))
@@ -491,13 +492,12 @@ class CALMPlanner:
           [np.exp(np.max(read_p[state.TRACKED_NAMES.index(f)], axis=-1)) for f in ASK_FIELDS],
           axis=1)
     elif gated:
-      rows = [party.token_ids[b * r] + (party._new_tokens(b * r, histories[b]) if b in live
-                                        else []) for b in range(self._batch)]
+      rows = [party.token_ids[b * r] + blocks.get(b, []) for b in range(self._batch)]
       tokens_BxT, mask_BxT = padded(
           rows, scoring_length(max(map(len, rows)), party.decoder.cfg.max_seq_len), tok.pad_id)
       position_B = np.asarray([len(row) - 1 for row in rows], np.int32)
       confidence_BxK[:, :k] = words_confidence(party.decoder, party.prefix_fields_BxPxF[::r],
-                                        tokens_BxT, mask_BxT, position_B, self._speakers)
+                                               tokens_BxT, mask_BxT, position_B, self._speakers)
     if gated and self.once:  # A field the agent has asked about no longer holds the gate.
       confidence_BxK[gated] = np.maximum(confidence_BxK[gated],
                                          [self._asked(histories[b]) for b in gated])
