@@ -61,6 +61,10 @@ customer who gives the name only when asked is asked for it before the block nam
 With `keep=1` (score=ask) a held row whose candidates ask about none of the doubt says one that
 asks something rather than one that searches, offers or closes: a search or an offer ends the
 gate (Asking, above), and the next turn's candidates may ask what this turn's did not.
+With `start=1` candidate j begins with the LM's (j+1)-th likeliest first token (the forbidden
+ones not counted; lp.RankedStart) and goes on at `temp` (with temp=0: greedily), so the N
+candidates start N different ways: sampled at T = 1 they mostly repeat the likeliest question
+(its first token is peaked) or drift into garble, and none may ask for what is missing.
 
 Score (`score`), both computed by one call (`rollout_scores`):
 
@@ -83,7 +87,7 @@ nothing recompiles per turn. Roles are enforced while imagining as in a real dia
 (forbidden_token_ids): no speaking for the other side, no customer action markers.
 
 Spec (`make_party`): `calm:[n=N,m=M,h=H,score=S,temp=T,greedy=G,margin=D,act=A,ask=P,
-reader=DIR,blend=B,gate=G:]PATH`, PATH a
+reader=DIR,blend=B,gate=G,once=O,keep=K,name=A,start=S:]PATH`, PATH a
 CALM workdir; options it omits come from the workdir's config.planning.
 """
 
@@ -116,11 +120,12 @@ SCORES = ("reward_token", "head", "ask")
 ACTS = ("lm", "head")
 GATES = ("words", "reader")  # What the ask gate reads: the model's head, or the frozen reader.
 DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=0.0, act="lm",
-                ask=0.0, reader="", blend=0, gate="words", once=0, keep=0, name=0)
+                ask=0.0, reader="", blend=0, gate="words", once=0, keep=0, name=0, start=0)
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
                    greedy="greedy_candidate", margin="margin", act="action", ask="ask",
                    reader="reader", blend="blend", gate="gate", once="ask_once",
-                   keep="keep_asking", name="ask_name")
+                   keep="keep_asking", name="ask_name",
+                   start="ranked_start")
 # The fields a closing action needs the customer to have said (calm/state.py TRACKED).
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
@@ -324,7 +329,8 @@ class CALMPlanner:
                score: str = "reward_token", temp: float = 1.0, greedy: int = 1,
                margin: float = 0.0, act: str = "lm", ask: float = 0.0,
                reader: str | frozen_tracker.FrozenTracker = "", blend: int = 0,
-               gate: str = "words", once: int = 0, keep: int = 0, name: int = 0):
+               gate: str = "words", once: int = 0, keep: int = 0, name: int = 0,
+               start: int = 0):
     if not isinstance(party, LMParty) or party.role != AGENT:
       raise ValueError("CALM plans the agent's turns with a learned agent party (LMParty)")
     if not hasattr(party.decoder, "action_logits") or party.prefix_fields is None:
@@ -366,6 +372,9 @@ class CALMPlanner:
     if keep and score != "ask":
       raise ValueError("CALM keep=1 prefers a question among the candidates of a held row: it "
                        "needs score=ask")
+    if start and score != "ask":
+      raise ValueError("CALM start=1 begins candidate j with the LM's j-th likeliest first token "
+                       "for the ask gate's pick: it needs score=ask")
     # score=ask imagines nothing: one replica per candidate.
     self.m = 1 if score == "ask" else m
     self.party, self.n, self.h, self.score, self.act = party, n, h, score, act
@@ -376,7 +385,7 @@ class CALMPlanner:
       raise ValueError("CALM name=1 holds the gate while the reader's name pointer doubts that a "
                        "name was said: it needs gate=reader and a reader with a name pointer")
     self.blend, self.gate, self.once, self.keep = bool(blend), gate, bool(once), bool(keep)
-    self.name = bool(name)
+    self.name, self.start = bool(name), bool(start)
     self.role = party.role
     self.replicas = n * self.m if n > 1 else 1
     tok = party.tokenizer
@@ -408,6 +417,7 @@ class CALMPlanner:
     self._keys = jax.vmap(jax.random.key)(jnp.asarray(
         [_seed(s, _IMAGINE_STREAM, j) % 2**32 for s in seeds for j in range(r)], jnp.uint32))
     self._batch = len(seeds)
+    self._rank_R = np.tile(np.arange(r), len(seeds)).astype(np.int32)  # start=1: candidate j.
     self._turns = np.zeros(len(seeds), np.int64)  # Agent turns each row has said.
     self.held_back = 0
     self._base_hook = self.party._batch_hook
@@ -509,6 +519,9 @@ class CALMPlanner:
     party._batch_hook = lp.ForbidTokens.of(np.concatenate(
         [np.broadcast_to(base, (rows, base.shape[-1])), markers_Rx2,
          np.full((rows, FORBID_WIDTH - 2), -1)], axis=1))
+    if self.start:  # After the forbidding: ranks count the tokens this row may say.
+      party._batch_hook = lp.compose(party._batch_hook, lp.RankedStart(
+          rank_B=jnp.asarray(self._rank_R), width=max(FORBID_WIDTH, r)))
     self.held_back += int(hold_B.sum())
     return hold_B, confidence_BxK
 
@@ -692,7 +705,7 @@ class CALMPlanner:
 
 OPTIONS = {"n": int, "m": int, "h": int, "score": str, "temp": float, "greedy": int,
            "margin": float, "act": str, "ask": float, "reader": str, "blend": int,
-           "gate": str, "once": int, "keep": int, "name": int}
+           "gate": str, "once": int, "keep": int, "name": int, "start": int}
 
 
 def from_spec(spec: PartySpec, role: str, **lm_options: Any) -> CALMPlanner:

@@ -491,6 +491,26 @@ def test_keep_says_a_question_rather_than_a_search_where_no_candidate_covers_the
     planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, keep=1)
 
 
+def test_start_begins_each_candidate_of_a_held_row_with_another_first_token(tokenizer):
+  """`start=1`: greedy candidates (temp=0) that are all one reply without it start three ways
+  with it (the LM's 1st, 2nd and 3rd likeliest first tokens); candidate 0 stays the greedy
+  reply."""
+  scenarios = airdialogue_env.make_scenarios(1000, 2, 30)
+
+  def first_tokens(start):
+    planner = planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, n=3,
+                                   score="ask", temp=0.0, start=start,
+                                   reader=UnsureReader(scenarios), gate="reader")
+    planner._sync = lambda picks: None  # Keep each replica's own reply to read.
+    _play(planner, max_turns=2)
+    return [planner.party.generated_ids[j][-1][0] for j in range(3)]  # Row 0's candidates.
+
+  plain, ranked = first_tokens(0), first_tokens(1)
+  assert len(set(plain)) == 1 and ranked[0] == plain[0] and len(set(ranked)) == 3, ranked
+  with pytest.raises(ValueError, match="start=1"):
+    planning.CALMPlanner(state_head_party(tokenizer), act="head", ask=0.5, start=1)
+
+
 def test_question_scores_weigh_what_each_candidate_asks_by_the_trackers_doubt():
   """A candidate scores the doubt (1 - confidence) of the fields its questions ask about; one
   that asks nothing the tracker needs, offers a flight or closes scores 0."""

@@ -309,6 +309,19 @@ def test_forbid_tokens_per_row(gpt2):
   np.testing.assert_array_equal(tokens[1], free[1])
 
 
+def test_ranked_start_says_each_rows_ranked_first_token_then_decodes_freely(gpt2):
+  prompts = (PROMPTS[0],) * 3 + (PROMPTS[1],)
+  _, free, _, _ = _decode(gpt2, prompts, _greedy(4))
+  hook = lp.RankedStart(rank_B=jnp.asarray([0, 1, 2, -1]))
+  tokens = np.asarray(_decode(gpt2, prompts, _greedy(4), hook=hook)[1])
+  np.testing.assert_array_equal(tokens[[0, 3]], np.asarray(free)[[0, 3]])  # Rank 0, unranked.
+  order = np.argsort(-_full_logprobs(gpt2, [PROMPTS[0]])[0, -1])
+  np.testing.assert_array_equal(tokens[:3, 0], order[:3])  # The 1st, 2nd, 3rd likeliest starts.
+  for b in (1, 2):  # After its start, a row continues greedily from its own first token.
+    cont = _decode(gpt2, [list(prompts[b]) + [int(tokens[b, 0])]], _greedy(1))[1]
+    np.testing.assert_array_equal(tokens[b, 1:], np.asarray(cont)[0, :NEW - 1])
+
+
 def test_value_guidance_hook_uses_decoder_hidden_state(gpt2):
   cfg = gpt2.cfg
   q_heads = (VocabHead(cfg, rngs=nnx.Rngs(1)), VocabHead(cfg, rngs=nnx.Rngs(2)))

@@ -74,6 +74,7 @@ def calm_sections(c: ml_collections.ConfigDict) -> None:
       ask_once=0,  # 1: a field the agent has asked about no longer holds the gate.
       keep_asking=0,  # 1: a held row says a question rather than a search (score="ask").
       ask_name=0,  # 1: the gate also holds while the reader's name pointer doubts a name.
+      ranked_start=0,  # 1: candidate j starts with the LM's j-th likeliest token ("ask").
   ))
 
 

@@ -156,6 +156,31 @@ class ForbidTokens:
 
 
 @struct.dataclass
+class RankedStart:
+  """At a reply's first token row b may say only its `rank_B[b]`-th likeliest token (0: the
+  argmax; < 0: any); later tokens are untouched.
+
+  R rows of one prompt ranked 0..R-1 start R different ways, each continued by the model: a
+  planner's candidates that differ where sampling, at a peaked first token, repeats the
+  likeliest start. Ranks count allowed tokens when a forbidding processor comes first.
+  """
+
+  rank_B: jax.Array
+  width: int = struct.field(pytree_node=False, default=16)  # Ranks >= width say the last one.
+
+  def __call__(self, logits_BxV: jax.Array, step: StepState) -> jax.Array:
+    def only_ranked(x_BxV: jax.Array) -> jax.Array:
+      _, ids_BxW = jax.lax.top_k(x_BxV, self.width)
+      rank_B = jnp.clip(self.rank_B, 0, self.width - 1)
+      keep_B = jnp.take_along_axis(ids_BxW, rank_B[:, None], axis=1)[:, 0]
+      only_BxV = jnp.where(jnp.arange(x_BxV.shape[-1])[None, :] == keep_B[:, None], x_BxV,
+                           NEG_INF)
+      return jnp.where((self.rank_B >= 0)[:, None], only_BxV, x_BxV)
+
+    return jax.lax.cond(step.step == 0, only_ranked, lambda x: x, logits_BxV)
+
+
+@struct.dataclass
 class Compose:
   """Applies processors left to right."""
 
