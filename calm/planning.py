@@ -124,8 +124,7 @@ DEFAULTS = dict(n=1, m=1, h=6, score="reward_token", temp=1.0, greedy=1, margin=
 CONFIG_KEYS = dict(n="n", m="m", h="horizon", score="score", temp="temperature",
                    greedy="greedy_candidate", margin="margin", act="action", ask="ask",
                    reader="reader", blend="blend", gate="gate", once="ask_once",
-                   keep="keep_asking", name="ask_name",
-                   start="ranked_start")
+                   keep="keep_asking", name="ask_name", start="ranked_start")
 # The fields a closing action needs the customer to have said (calm/state.py TRACKED).
 ASK_FIELDS = ("goal", "departure_airport", "return_airport", "departure_month", "departure_day",
               "return_month", "return_day")
@@ -417,7 +416,9 @@ class CALMPlanner:
     self._keys = jax.vmap(jax.random.key)(jnp.asarray(
         [_seed(s, _IMAGINE_STREAM, j) % 2**32 for s in seeds for j in range(r)], jnp.uint32))
     self._batch = len(seeds)
-    self._rank_R = np.tile(np.arange(r), len(seeds)).astype(np.int32)  # start=1: candidate j.
+    # start=1: replica j of every row starts with its j-th likeliest token (built once).
+    self._ranked_start = lp.RankedStart(
+        rank_B=jnp.tile(jnp.arange(r, dtype=jnp.int32), len(seeds)), width=max(FORBID_WIDTH, r))
     self._turns = np.zeros(len(seeds), np.int64)  # Agent turns each row has said.
     self.held_back = 0
     self._base_hook = self.party._batch_hook
@@ -520,8 +521,7 @@ class CALMPlanner:
         [np.broadcast_to(base, (rows, base.shape[-1])), markers_Rx2,
          np.full((rows, FORBID_WIDTH - 2), -1)], axis=1))
     if self.start:  # After the forbidding: ranks count the tokens this row may say.
-      party._batch_hook = lp.compose(party._batch_hook, lp.RankedStart(
-          rank_B=jnp.asarray(self._rank_R), width=max(FORBID_WIDTH, r)))
+      party._batch_hook = lp.compose(party._batch_hook, self._ranked_start)
     self.held_back += int(hold_B.sum())
     return hold_B, confidence_BxK
 
